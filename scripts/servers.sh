@@ -1,0 +1,91 @@
+# shellcheck shell=bash
+# Installs and runs the real servers the tests use, as local processes on 127.0.0.1.
+# Sourced by scripts/test and scripts/dev-servers. Tools are cached outside the clone, in
+# $LAKESTREAM_TOOLS (default ~/.cache/lakestream/tools), so a second run installs nothing.
+
+LAKESTREAM_TOOLS="${LAKESTREAM_TOOLS:-$HOME/.cache/lakestream/tools}"
+S3S_FS_VERSION=0.14.1
+OXIA_VERSION=v0.14.4
+S3S_FS_BIN="$LAKESTREAM_TOOLS/s3s-fs-$S3S_FS_VERSION/bin/s3s-fs"
+OXIA_BIN="$LAKESTREAM_TOOLS/oxia-$OXIA_VERSION/cmd"
+PYENV_DIR="$LAKESTREAM_TOOLS/pyenv"
+
+log() { printf '[lakestream] %s\n' "$*" >&2; }
+
+free_port() {
+  python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()'
+}
+
+wait_for_port() { # host port seconds name
+  local host=$1 port=$2 secs=$3 name=$4 i
+  for ((i = 0; i < secs * 10; i++)); do
+    if (exec 3<>"/dev/tcp/$host/$port") 2>/dev/null; then return 0; fi
+    sleep 0.1
+  done
+  log "$name did not open $host:$port within ${secs}s"
+  return 1
+}
+
+install_s3s_fs() {
+  if [ -x "$S3S_FS_BIN" ]; then return 0; fi
+  log "installing s3s-fs $S3S_FS_VERSION from crates.io into $LAKESTREAM_TOOLS (once)"
+  CARGO_TARGET_DIR="$LAKESTREAM_TOOLS/.s3s-build" cargo install s3s-fs --version "$S3S_FS_VERSION" \
+    --features binary --locked --root "$LAKESTREAM_TOOLS/s3s-fs-$S3S_FS_VERSION"
+  rm -rf "$LAKESTREAM_TOOLS/.s3s-build"
+}
+
+# Oxia: `go install github.com/oxia-db/oxia/cmd@v0.14.4`. Returns non-zero when the Go module
+# proxy does not serve the module (see README, "What does not run yet").
+install_oxia() {
+  if [ -x "$OXIA_BIN" ]; then return 0; fi
+  log "installing Oxia $OXIA_VERSION from the Go module proxy into $LAKESTREAM_TOOLS (once)"
+  GOBIN="$LAKESTREAM_TOOLS/oxia-$OXIA_VERSION" go install "github.com/oxia-db/oxia/cmd@$OXIA_VERSION"
+}
+
+install_python_tools() {
+  if [ -x "$PYENV_DIR/bin/python" ] && "$PYENV_DIR/bin/python" -c 'import pyarrow, kafka' 2>/dev/null; then
+    return 0
+  fi
+  log "creating the Python test environment in $PYENV_DIR (pyarrow, kafka-python)"
+  python3 -m venv "$PYENV_DIR"
+  "$PYENV_DIR/bin/pip" install --quiet --disable-pip-version-check -r "$(dirname "${BASH_SOURCE[0]}")/../tests/python/requirements.txt"
+}
+
+# Starts s3s-fs over a fresh directory; exports LAKESTREAM_TEST_S3_* and sets S3_PID.
+start_s3() {
+  local dir=$1 port
+  port=$(free_port)
+  mkdir -p "$dir/s3/lakestream-test"
+  "$S3S_FS_BIN" --host 127.0.0.1 --port "$port" --access-key lakestream --secret-key lakestream-secret \
+    "$dir/s3" >"$dir/s3s-fs.log" 2>&1 &
+  S3_PID=$!
+  wait_for_port 127.0.0.1 "$port" 30 s3s-fs || { cat "$dir/s3s-fs.log" >&2; return 1; }
+  export LAKESTREAM_TEST_S3_ENDPOINT="http://127.0.0.1:$port"
+  export LAKESTREAM_TEST_S3_BUCKET=lakestream-test
+  export LAKESTREAM_TEST_S3_ACCESS_KEY=lakestream
+  export LAKESTREAM_TEST_S3_SECRET_KEY=lakestream-secret
+  export LAKESTREAM_TEST_S3_REGION=us-east-1
+  log "s3s-fs $S3S_FS_VERSION on $LAKESTREAM_TEST_S3_ENDPOINT (pid $S3_PID)"
+}
+
+# Starts `oxia standalone` with 4 shards; exports LAKESTREAM_TEST_OXIA and sets OXIA_PID.
+start_oxia() {
+  local dir=$1 port
+  port=$(free_port)
+  mkdir -p "$dir/oxia"
+  "$OXIA_BIN" standalone -p "127.0.0.1:$port" -m "" -s 4 --data-dir "$dir/oxia/db" \
+    --wal-dir "$dir/oxia/wal" --wal-sync-data=false -j >"$dir/oxia.log" 2>&1 &
+  OXIA_PID=$!
+  wait_for_port 127.0.0.1 "$port" 60 oxia || { cat "$dir/oxia.log" >&2; return 1; }
+  export LAKESTREAM_TEST_OXIA="127.0.0.1:$port"
+  log "oxia $OXIA_VERSION on $LAKESTREAM_TEST_OXIA (pid $OXIA_PID)"
+}
+
+stop_pid() { # pid name
+  local pid=$1 name=$2 i
+  [ -n "$pid" ] || return 0
+  kill -TERM "$pid" 2>/dev/null || return 0
+  for ((i = 0; i < 50; i++)); do kill -0 "$pid" 2>/dev/null || { log "stopped $name (pid $pid)"; return 0; }; sleep 0.1; done
+  kill -KILL "$pid" 2>/dev/null
+  log "killed $name (pid $pid)"
+}
