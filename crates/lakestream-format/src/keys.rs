@@ -56,7 +56,10 @@ impl IndexKey {
         let field = |range: std::ops::Range<usize>, name: &str| -> Result<u64> {
             let digits = &b[range];
             if !digits.iter().all(u8::is_ascii_digit) {
-                return Err(FormatError::corrupt(STRUCTURE, format!("{name} of {key:?} is not 20 decimal digits")));
+                return Err(FormatError::corrupt(
+                    STRUCTURE,
+                    format!("{name} of {key:?} is not 20 decimal digits"),
+                ));
             }
             let value = digits.iter().fold(0u128, |acc, d| acc * 10 + u128::from(d - b'0'));
             if value > u128::from(MAX) {
@@ -160,13 +163,21 @@ pub fn encode_trim_marker(b: u64) -> Vec<u8> {
 pub fn decode_trim_marker(value: &[u8]) -> Result<u64> {
     const S: &str = "trim marker";
     if value.is_empty() || !value.iter().all(u8::is_ascii_digit) {
-        return Err(FormatError::corrupt(S, format!("value {:?} is not ASCII decimal digits", String::from_utf8_lossy(value))));
+        return Err(FormatError::corrupt(
+            S,
+            format!("value {:?} is not ASCII decimal digits", String::from_utf8_lossy(value)),
+        ));
     }
     if value.len() > 1 && value[0] == b'0' {
-        return Err(FormatError::corrupt(S, format!("value {:?} has leading zeros", String::from_utf8_lossy(value))));
+        return Err(FormatError::corrupt(
+            S,
+            format!("value {:?} has leading zeros", String::from_utf8_lossy(value)),
+        ));
     }
     let text = std::str::from_utf8(value).map_err(|_| FormatError::corrupt(S, "not UTF-8"))?;
-    let b: u64 = text.parse().map_err(|_| FormatError::corrupt(S, format!("value {text:?} does not fit in 64 bits")))?;
+    let b: u64 = text
+        .parse()
+        .map_err(|_| FormatError::corrupt(S, format!("value {text:?} does not fit in 64 bits")))?;
     if b > MAX {
         return Err(FormatError::corrupt(S, format!("value {text} exceeds 2^63-1")));
     }
@@ -180,10 +191,22 @@ mod tests {
     #[test]
     fn offset_index_keys_spec_examples() {
         // Spec, "Offset index keys": the two illustrative keys and the running example K(7,3,8).
-        assert_eq!(index_key(LogId(7), 3, 0), "00000000000000000007-00000000000000000003-00000000000000000000");
-        assert_eq!(index_key(LogId(7), 5, 0), "00000000000000000007-00000000000000000005-00000000000000000000");
-        assert_eq!(index_key(LogId(7), 3, 8), "00000000000000000007-00000000000000000003-00000000000000000008");
-        assert_eq!(covering_lookup_key(LogId(7), 2), "00000000000000000007-00000000000000000002-09223372036854775807");
+        assert_eq!(
+            index_key(LogId(7), 3, 0),
+            "00000000000000000007-00000000000000000003-00000000000000000000"
+        );
+        assert_eq!(
+            index_key(LogId(7), 5, 0),
+            "00000000000000000007-00000000000000000005-00000000000000000000"
+        );
+        assert_eq!(
+            index_key(LogId(7), 3, 8),
+            "00000000000000000007-00000000000000000003-00000000000000000008"
+        );
+        assert_eq!(
+            covering_lookup_key(LogId(7), 2),
+            "00000000000000000007-00000000000000000002-09223372036854775807"
+        );
         assert_eq!(last_key(LogId(7)), "00000000000000000007-09223372036854775807-09223372036854775807");
         let k = IndexKey::parse("00000000000000000007-00000000000000000007-00000000000000000028").unwrap();
         assert_eq!(k, IndexKey::new(LogId(7), 7, 28));

@@ -18,8 +18,8 @@
 #![deny(missing_docs)]
 
 pub mod clock;
-pub mod companion;
 pub mod compacted;
+pub mod companion;
 pub mod entry_index;
 pub mod entry_offsets;
 pub mod error;
@@ -28,6 +28,7 @@ pub mod kafka;
 pub mod keys;
 pub mod legacy;
 pub mod types;
+mod varint;
 pub mod wal;
 
 pub use clock::{Clock, ManualClock, SystemClock};

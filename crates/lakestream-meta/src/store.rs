@@ -101,7 +101,13 @@ pub trait MetaStore: Send + Sync + Debug {
 
     /// `Put`, `CreateIfAbsent` or `CompareAndSet`, by `condition`. Replacing a value keeps the
     /// record's creation timestamp and gives it a new version.
-    async fn put(&self, partition: &str, key: &str, value: Bytes, condition: PutCondition) -> MetaResult<WriteResult>;
+    async fn put(
+        &self,
+        partition: &str,
+        key: &str,
+        value: Bytes,
+        condition: PutCondition,
+    ) -> MetaResult<WriteResult>;
 
     /// `Delete(P, k)`: removes the key if present. Returns whether it existed.
     async fn delete(&self, partition: &str, key: &str) -> MetaResult<bool>;
@@ -117,14 +123,27 @@ pub trait MetaStore: Send + Sync + Debug {
     ///
     /// A failure after the request was sent is reported as
     /// [`crate::MetaError::OutcomeUnknown`]: the record may have been created.
-    async fn sequenced_put(&self, partition: &str, prefix: &str, deltas: &[u64], value: Bytes) -> MetaResult<WriteResult>;
+    async fn sequenced_put(
+        &self,
+        partition: &str,
+        prefix: &str,
+        deltas: &[u64],
+        value: Bytes,
+    ) -> MetaResult<WriteResult>;
 
-    /// `List(P, a, b)`: the keys with `start <= key < end`, in key order.
+    /// `List(P, a, b)`: the keys with `start <= key < end`, in key order. An empty `end`
+    /// means "to the end" (as in Oxia).
     async fn list(&self, partition: &str, start: &str, end: &str) -> MetaResult<Vec<String>>;
 
     /// `Scan(P, a, b)`: the records with `start <= key < end`, in key order, at most `limit`
-    /// of them when given.
-    async fn scan(&self, partition: &str, start: &str, end: &str, limit: Option<usize>) -> MetaResult<Vec<Record>>;
+    /// of them when given. An empty `end` means "to the end" (as in Oxia).
+    async fn scan(
+        &self,
+        partition: &str,
+        start: &str,
+        end: &str,
+        limit: Option<usize>,
+    ) -> MetaResult<Vec<Record>>;
 
     /// Opens a session that lives while it is kept alive (the store does that in the
     /// background) and ends when closed or when `timeout` passes without a keep-alive.

@@ -1,0 +1,696 @@
+//! The [`Catalog`]: namespaces, streams and their layouts, over any [`MetaStore`].
+//!
+//! Vocabulary. A stream *identity* is the pair (namespace, name). Its *stream record* is
+//! never removed: it is live (`active`), or a tombstone (`dropping`, then `dropped`). The
+//! *layout* is the list of the stream's log IDs, partition `i` at position `i`; it is what
+//! readers see. A *pending expansion* is a list of log IDs claimed for new partitions but
+//! not yet published. A *log record* registers one log: its stream and partition.
+//!
+//! Creating a stream and adding partitions share one protocol, so that a layout never
+//! names a log whose record does not exist yet:
+//!
+//! 1. allocate the new log IDs (see [`crate::allocator`]);
+//! 2. **claim**: write the IDs as the stream record's pending expansion, with
+//!    `CreateIfAbsent` for a new stream or `CompareAndSet` for an existing one;
+//! 3. create the log record of every new log (`CreateIfAbsent`; an existing record that
+//!    says the same counts as created);
+//! 4. **publish**: `CompareAndSet` the stream record, appending the pending IDs to the
+//!    layout and clearing the pending expansion.
+//!
+//! A crash after step 2 leaves a pending expansion: every later operation on the stream
+//! (adding partitions, [`Catalog::complete_pending_expansion`], dropping) finishes it or
+//! deletes its logs, and steps 3–4 are idempotent. Until step 4 the new logs are invisible:
+//! the layout does not name them, and [`Catalog::open_log`] refuses them.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use lakestream_format::{LogId, LogRef, keys};
+use lakestream_meta::{MetaError, MetaStore, PutCondition, Version, lease};
+use tracing::{debug, info, warn};
+
+use crate::allocator::allocate_log_ids;
+use crate::config::CatalogConfig;
+use crate::error::{CatalogError, Result};
+use crate::names::{validate_namespace, validate_stream_name};
+use crate::records::{
+    CatalogRecord, LogRecord, NamespaceRecord, PendingExpansion, RECORD_VERSION, StreamRecord, StreamState,
+    listing_end, log_key, namespace_key, namespaces_prefix, stream_key, streams_prefix,
+};
+
+/// A namespace.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Namespace {
+    /// Its name.
+    pub name: String,
+    /// Free-form properties given at creation.
+    pub properties: BTreeMap<String, String>,
+    /// When it was created, in ms since the Unix epoch (the store's creation timestamp).
+    pub created_ms: i64,
+}
+
+/// A live stream and its published layout.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Stream {
+    /// The namespace.
+    pub namespace: String,
+    /// The stream name.
+    pub name: String,
+    /// Free-form properties given at creation.
+    pub properties: BTreeMap<String, String>,
+    /// The published layout: the log of partition `i` at position `i`.
+    pub logs: Vec<LogId>,
+    /// Logs of an expansion claimed but not yet published (normally empty; non-empty only
+    /// while an expansion runs or after one was interrupted).
+    pub pending_logs: Vec<LogId>,
+    /// When the identity was created, in ms since the Unix epoch.
+    pub created_ms: i64,
+}
+
+impl Stream {
+    /// The number of published partitions.
+    pub fn partition_count(&self) -> usize {
+        self.logs.len()
+    }
+
+    /// What a reader needs to read partition `partition`, if the layout has it.
+    pub fn log_ref(&self, partition: usize) -> Option<LogRef> {
+        self.logs.get(partition).map(|&log_id| LogRef {
+            log_id,
+            namespace: self.namespace.clone(),
+            stream: self.name.clone(),
+        })
+    }
+}
+
+/// What the catalog knows of one log: the [`LogRef`] a reader or compactor needs, and the
+/// log's partition index in its stream.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LogInfo {
+    /// The log and its stream's identity.
+    pub log_ref: LogRef,
+    /// The log's position in the stream's layout.
+    pub partition: u32,
+}
+
+/// One page of a listing.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Page<T> {
+    /// The items of this page, in name order (bytewise).
+    pub items: Vec<T>,
+    /// The token of the next page (the last name of this one), or `None` when this is the
+    /// last page.
+    pub next_page: Option<String>,
+}
+
+/// How [`Catalog::add_partitions`] grows a stream.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Growth {
+    /// Add this many partitions to whatever the stream has when the expansion is claimed.
+    /// Two concurrent calls with `By(2)` and `By(3)` add five. Not idempotent on retry.
+    By(u32),
+    /// Grow to at least this many partitions; a stream that has as many already is left
+    /// unchanged. Idempotent, like Kafka's CreatePartitions.
+    To(u32),
+}
+
+/// A decoded record with the store's metadata needed to update it.
+#[derive(Debug, Clone)]
+struct Versioned<T> {
+    value: T,
+    version: Version,
+    created_ms: i64,
+}
+
+/// The Catalog role over a metadata store. Cheap to clone; every method is safe to call
+/// concurrently, from one process or many.
+#[derive(Debug, Clone)]
+pub struct Catalog {
+    store: Arc<dyn MetaStore>,
+    config: Arc<CatalogConfig>,
+}
+
+impl Catalog {
+    /// A catalog over `store`, after checking `config`.
+    pub fn new(store: Arc<dyn MetaStore>, config: CatalogConfig) -> Result<Self> {
+        config.validate()?;
+        Ok(Self { store, config: Arc::new(config) })
+    }
+
+    /// The settings in use.
+    pub fn config(&self) -> &CatalogConfig {
+        &self.config
+    }
+
+    // ---- namespaces ----------------------------------------------------------------
+
+    /// Creates a namespace. Fails with `NamespaceExists` if it exists.
+    pub async fn create_namespace(
+        &self,
+        name: &str,
+        properties: BTreeMap<String, String>,
+    ) -> Result<Namespace> {
+        validate_namespace(name)?;
+        let key = namespace_key(name);
+        let record = NamespaceRecord { version: RECORD_VERSION, name: name.to_owned(), properties };
+        match self.store.put(self.partition(), &key, record.encode(), PutCondition::IfAbsent).await {
+            Ok(written) => Ok(namespace_of(record, written.created_ms)),
+            Err(MetaError::KeyExists { .. }) => {
+                Err(CatalogError::NamespaceExists { namespace: name.to_owned() })
+            }
+            Err(other) => Err(other.into()),
+        }
+    }
+
+    /// The namespace with this name.
+    pub async fn get_namespace(&self, name: &str) -> Result<Namespace> {
+        validate_namespace(name)?;
+        match self.read::<NamespaceRecord>(&namespace_key(name)).await? {
+            Some(found) => Ok(namespace_of(found.value, found.created_ms)),
+            None => Err(CatalogError::NamespaceNotFound { namespace: name.to_owned() }),
+        }
+    }
+
+    /// Up to `limit` namespaces in name order, after the page token `after` (the
+    /// `next_page` of the previous page).
+    pub async fn list_namespaces(&self, after: Option<&str>, limit: usize) -> Result<Page<Namespace>> {
+        if let Some(token) = after {
+            validate_namespace(token)?;
+        }
+        self.list_page(&namespaces_prefix(), after, limit, |record: NamespaceRecord, created_ms| {
+            Some(namespace_of(record, created_ms))
+        })
+        .await
+    }
+
+    // ---- streams -------------------------------------------------------------------
+
+    /// Creates a stream of `partitions` logs in an existing namespace, and returns it with
+    /// its layout published.
+    ///
+    /// Fails with `StreamExists` if a live stream has the identity, and with `StreamDropped`
+    /// if the identity has been dropped (spec: creating a stream MUST fail when its
+    /// identity has been dropped).
+    pub async fn create_stream(
+        &self,
+        namespace: &str,
+        name: &str,
+        partitions: u32,
+        properties: BTreeMap<String, String>,
+    ) -> Result<Stream> {
+        validate_namespace(namespace)?;
+        validate_stream_name(name)?;
+        self.check_partition_count(u64::from(partitions))?;
+        self.get_namespace(namespace).await?;
+        let key = stream_key(namespace, name);
+        // Refuse a taken identity before allocating, so that retries waste no IDs.
+        if let Some(existing) = self.read::<StreamRecord>(&key).await? {
+            return Err(taken(&existing.value));
+        }
+        let ids = self.allocate(u64::from(partitions)).await?;
+        let record = StreamRecord {
+            version: RECORD_VERSION,
+            namespace: namespace.to_owned(),
+            name: name.to_owned(),
+            state: StreamState::Active,
+            properties,
+            layout: Vec::new(),
+            pending_expansion: Some(PendingExpansion { new_logs: ids.clone().collect() }),
+        };
+        let mut attempts = 0;
+        loop {
+            attempts += 1;
+            match self.store.put(self.partition(), &key, record.encode(), PutCondition::IfAbsent).await {
+                Ok(_) => break,
+                Err(MetaError::KeyExists { .. }) => {
+                    // Ours, if an earlier attempt with an unknown outcome committed.
+                    match self.read::<StreamRecord>(&key).await? {
+                        Some(found) if found.value.all_logs().any(|l| l.0 == ids.start) => break,
+                        Some(found) => return Err(taken(&found.value)),
+                        None => {}
+                    }
+                }
+                // CreateIfAbsent is safe to repeat: a second success is impossible.
+                Err(MetaError::OutcomeUnknown(_)) => {}
+                Err(other) => return Err(other.into()),
+            }
+            if attempts >= self.config.max_cas_attempts {
+                return Err(CatalogError::Contended { key, attempts });
+            }
+        }
+        debug!(namespace, name, first_log_id = ids.start, partitions, "claimed stream identity");
+        let published = self.complete_expansion(namespace, name).await?;
+        info!(namespace, name, logs = ?published.value.layout, "created stream");
+        Ok(stream_of(published))
+    }
+
+    /// The live stream with this identity. Fails with `StreamNotFound`, or `StreamDropped`
+    /// for a dropped identity.
+    pub async fn get_stream(&self, namespace: &str, name: &str) -> Result<Stream> {
+        validate_namespace(namespace)?;
+        validate_stream_name(name)?;
+        let found = self.read_live_stream(namespace, name).await?;
+        Ok(stream_of(found))
+    }
+
+    /// Up to `limit` live streams of a namespace in name order, after the page token `after`.
+    /// Tombstones are not listed.
+    pub async fn list_streams(
+        &self,
+        namespace: &str,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<Page<Stream>> {
+        validate_namespace(namespace)?;
+        if let Some(token) = after {
+            validate_stream_name(token)?;
+        }
+        self.list_page(&streams_prefix(namespace), after, limit, |record: StreamRecord, created_ms| {
+            (record.state == StreamState::Active)
+                .then(|| stream_of(Versioned { value: record, version: 0, created_ms }))
+        })
+        .await
+    }
+
+    /// Adds partitions to a live stream and returns it with the new layout published.
+    ///
+    /// Spec: adding stream partitions MUST publish the stream's new layout atomically, and
+    /// only after the log of every new partition exists. The new logs are claimed, created
+    /// and then published by one compare-and-set (see the module documentation). An
+    /// interrupted expansion found on the way is finished first.
+    pub async fn add_partitions(&self, namespace: &str, name: &str, growth: Growth) -> Result<Stream> {
+        validate_namespace(namespace)?;
+        validate_stream_name(name)?;
+        if matches!(growth, Growth::By(0) | Growth::To(0)) {
+            return Err(CatalogError::InvalidArgument(format!("{growth:?} adds no partition")));
+        }
+        let key = stream_key(namespace, name);
+        for _ in 0..self.config.max_cas_attempts {
+            let current = self.complete_expansion(namespace, name).await?;
+            let have = current.value.layout.len() as u64;
+            let target = match growth {
+                Growth::By(n) => have + u64::from(n),
+                Growth::To(n) => u64::from(n),
+            };
+            if target <= have {
+                return Ok(stream_of(current));
+            }
+            self.check_partition_count(target)?;
+            let ids = self.allocate(target - have).await?;
+            let mut claimed = current.value.clone();
+            claimed.pending_expansion = Some(PendingExpansion { new_logs: ids.clone().collect() });
+            let outcome = self
+                .store
+                .put(self.partition(), &key, claimed.encode(), PutCondition::IfVersion(current.version))
+                .await;
+            match outcome {
+                Ok(_) => {}
+                // Lost to another change of the stream: start again from what it is now. The
+                // IDs we took are skipped, never reused.
+                Err(MetaError::VersionMismatch { .. }) => continue,
+                Err(MetaError::OutcomeUnknown(_)) => {
+                    let now = self.read_live_stream(namespace, name).await?;
+                    if !now.value.all_logs().any(|l| l.0 == ids.start) {
+                        continue;
+                    }
+                }
+                Err(other) => return Err(other.into()),
+            }
+            debug!(namespace, name, first_log_id = ids.start, target, "claimed expansion");
+            let published = self.complete_expansion(namespace, name).await?;
+            info!(namespace, name, partitions = published.value.layout.len(), "added partitions");
+            return Ok(stream_of(published));
+        }
+        Err(CatalogError::Contended { key, attempts: self.config.max_cas_attempts })
+    }
+
+    /// Finishes an expansion that a crashed or slow caller claimed but did not publish, and
+    /// returns the stream. Does nothing to a stream without one.
+    pub async fn complete_pending_expansion(&self, namespace: &str, name: &str) -> Result<Stream> {
+        validate_namespace(namespace)?;
+        validate_stream_name(name)?;
+        Ok(stream_of(self.complete_expansion(namespace, name).await?))
+    }
+
+    /// Drops a stream: records its durable tombstone, deletes its logs, and marks the
+    /// tombstone `dropped`. Objects are left to reclamation.
+    ///
+    /// Spec: dropping a stream MUST record a durable tombstone for its identity, even when
+    /// no live stream has that identity. The tombstone is written first, with one
+    /// compare-and-set on the identity's record, so creation is refused from that instant.
+    ///
+    /// If a log's leases do not drain in time, this fails with `LeasesRemain`; the stream
+    /// stays a `dropping` tombstone, and calling `drop_stream` again resumes. Dropping a
+    /// dropped identity succeeds.
+    pub async fn drop_stream(&self, namespace: &str, name: &str) -> Result<()> {
+        validate_namespace(namespace)?;
+        validate_stream_name(name)?;
+        let key = stream_key(namespace, name);
+        for _ in 0..self.config.max_cas_attempts {
+            let Some(current) = self.read::<StreamRecord>(&key).await? else {
+                // No record at all: the tombstone is a fresh record in the dropped state.
+                let tombstone = StreamRecord {
+                    version: RECORD_VERSION,
+                    namespace: namespace.to_owned(),
+                    name: name.to_owned(),
+                    state: StreamState::Dropped,
+                    properties: BTreeMap::new(),
+                    layout: Vec::new(),
+                    pending_expansion: None,
+                };
+                match self.store.put(self.partition(), &key, tombstone.encode(), PutCondition::IfAbsent).await
+                {
+                    Ok(_) => {
+                        info!(namespace, name, "recorded tombstone for an identity without a stream");
+                        return Ok(());
+                    }
+                    Err(MetaError::KeyExists { .. } | MetaError::OutcomeUnknown(_)) => continue,
+                    Err(other) => return Err(other.into()),
+                }
+            };
+            let mut next = current.value.clone();
+            match current.value.state {
+                StreamState::Dropped => return Ok(()),
+                StreamState::Active => next.state = StreamState::Dropping,
+                StreamState::Dropping => {
+                    for log_id in current.value.all_logs() {
+                        self.purge_log(log_id).await?;
+                    }
+                    next.state = StreamState::Dropped;
+                }
+            }
+            match self
+                .store
+                .put(self.partition(), &key, next.encode(), PutCondition::IfVersion(current.version))
+                .await
+            {
+                Ok(_) => {
+                    info!(namespace, name, state = ?next.state, "dropping stream");
+                    if next.state == StreamState::Dropped {
+                        return Ok(());
+                    }
+                }
+                Err(MetaError::VersionMismatch { .. } | MetaError::OutcomeUnknown(_)) => {}
+                Err(other) => return Err(other.into()),
+            }
+        }
+        Err(CatalogError::Contended { key, attempts: self.config.max_cas_attempts })
+    }
+
+    /// Whether the identity has been dropped (its tombstone exists).
+    pub async fn is_dropped(&self, namespace: &str, name: &str) -> Result<bool> {
+        validate_namespace(namespace)?;
+        validate_stream_name(name)?;
+        let found = self.read::<StreamRecord>(&stream_key(namespace, name)).await?;
+        Ok(found.is_some_and(|f| f.value.state != StreamState::Active))
+    }
+
+    // ---- logs ----------------------------------------------------------------------
+
+    /// Opens an existing log: which stream and partition it belongs to.
+    ///
+    /// Spec: opening an existing log MUST NOT allocate a log ID, register a stream
+    /// partition, grow a stream, or change catalog metadata. This only reads: the log
+    /// record, then the stream record, which must be live and name the log in its
+    /// published layout (a log of a pending expansion or a dropped stream is not found).
+    pub async fn open_log(&self, log_id: LogId) -> Result<LogInfo> {
+        let not_found = || CatalogError::LogNotFound { log_id };
+        let log = self.read::<LogRecord>(&log_key(log_id)).await?.ok_or_else(not_found)?.value;
+        let stream = self
+            .read::<StreamRecord>(&stream_key(&log.namespace, &log.stream))
+            .await?
+            .ok_or_else(not_found)?;
+        let published = stream.value.layout.get(log.partition as usize) == Some(&log_id.0);
+        if stream.value.state != StreamState::Active || !published {
+            return Err(not_found());
+        }
+        Ok(LogInfo {
+            log_ref: LogRef { log_id, namespace: log.namespace, stream: log.stream },
+            partition: log.partition,
+        })
+    }
+
+    /// Deletes a log that no live stream uses: fence, wait for the leases to drain, then
+    /// remove every index record and the log's registration.
+    ///
+    /// Spec: to delete log L, a catalog MUST fence L; then list the lease records of L until
+    /// none remains; and only then delete every index record of L with
+    /// `DeleteRange(P(L), K(L,0,0), K(L,MAX,MAX))`. If leases remain when waiting stops
+    /// ([`CatalogConfig::drain_timeout`]), nothing but the fence changes and this fails with
+    /// `LeasesRemain`.
+    ///
+    /// Spec: deleting a log MUST be idempotent. The log record is removed last, so a log
+    /// without one is already deleted, or was never this catalog's: that succeeds and
+    /// changes nothing. (It must not fence: the ID may belong to an expansion claimed but not
+    /// yet registered, which would then publish a fenced log.)
+    ///
+    /// A log that a live stream's layout or pending expansion names is refused with
+    /// `LogInUse`, before anything is fenced: drop the stream instead.
+    pub async fn delete_log(&self, log_id: LogId) -> Result<()> {
+        let Some(log) = self.read::<LogRecord>(&log_key(log_id)).await? else {
+            debug!(%log_id, "no log record: nothing to delete");
+            return Ok(());
+        };
+        let stream = self.read::<StreamRecord>(&stream_key(&log.value.namespace, &log.value.stream)).await?;
+        if let Some(stream) = stream
+            && stream.value.state == StreamState::Active
+            && stream.value.all_logs().any(|l| l == log_id)
+        {
+            return Err(CatalogError::LogInUse {
+                log_id,
+                namespace: log.value.namespace,
+                stream: log.value.stream,
+            });
+        }
+        self.purge_log(log_id).await
+    }
+
+    // ---- internals -----------------------------------------------------------------
+
+    fn partition(&self) -> &str {
+        &self.config.partition
+    }
+
+    fn check_partition_count(&self, count: u64) -> Result<()> {
+        if count == 0 || count > u64::from(self.config.max_partitions) {
+            return Err(CatalogError::InvalidArgument(format!(
+                "a stream has 1 to {} partitions, not {count}",
+                self.config.max_partitions
+            )));
+        }
+        Ok(())
+    }
+
+    async fn allocate(&self, count: u64) -> Result<std::ops::Range<u64>> {
+        allocate_log_ids(
+            self.store.as_ref(),
+            self.partition(),
+            self.config.first_log_id,
+            count,
+            self.config.max_cas_attempts,
+        )
+        .await
+    }
+
+    async fn read<R: CatalogRecord>(&self, key: &str) -> Result<Option<Versioned<R>>> {
+        let Some(record) = self.store.get(self.partition(), key).await? else {
+            return Ok(None);
+        };
+        let value = R::decode(key, &record.value)?;
+        Ok(Some(Versioned { value, version: record.version, created_ms: record.created_ms }))
+    }
+
+    async fn read_live_stream(&self, namespace: &str, name: &str) -> Result<Versioned<StreamRecord>> {
+        match self.read::<StreamRecord>(&stream_key(namespace, name)).await? {
+            None => {
+                Err(CatalogError::StreamNotFound { namespace: namespace.to_owned(), stream: name.to_owned() })
+            }
+            Some(found) if found.value.state != StreamState::Active => {
+                Err(CatalogError::StreamDropped { namespace: namespace.to_owned(), stream: name.to_owned() })
+            }
+            Some(found) => Ok(found),
+        }
+    }
+
+    /// Steps 3 and 4 of the expansion protocol: create the pending logs' records, then
+    /// publish them by compare-and-set. Returns the live stream with nothing pending.
+    async fn complete_expansion(&self, namespace: &str, name: &str) -> Result<Versioned<StreamRecord>> {
+        let key = stream_key(namespace, name);
+        for _ in 0..self.config.max_cas_attempts {
+            let current = self.read_live_stream(namespace, name).await?;
+            let Some(pending) = &current.value.pending_expansion else {
+                return Ok(current);
+            };
+            let base = current.value.layout.len();
+            for (offset, &id) in pending.new_logs.iter().enumerate() {
+                let partition = u32::try_from(base + offset)
+                    .map_err(|_| CatalogError::corrupt(&key, "more partitions than fit in 32 bits"))?;
+                self.register_log(LogId(id), namespace, name, partition).await?;
+            }
+            let mut published = current.value.clone();
+            published.layout.extend_from_slice(&pending.new_logs);
+            published.pending_expansion = None;
+            match self
+                .store
+                .put(self.partition(), &key, published.encode(), PutCondition::IfVersion(current.version))
+                .await
+            {
+                Ok(written) => {
+                    return Ok(Versioned {
+                        value: published,
+                        version: written.version,
+                        created_ms: current.created_ms,
+                    });
+                }
+                // Someone else published it (or dropped the stream), or ours may have
+                // committed: read again and decide from what is there.
+                Err(MetaError::VersionMismatch { .. } | MetaError::OutcomeUnknown(_)) => {}
+                Err(other) => return Err(other.into()),
+            }
+        }
+        Err(CatalogError::Contended { key, attempts: self.config.max_cas_attempts })
+    }
+
+    /// Creates a log record, or accepts the one that exists if it says the same.
+    async fn register_log(&self, log_id: LogId, namespace: &str, stream: &str, partition: u32) -> Result<()> {
+        let key = log_key(log_id);
+        let record = LogRecord {
+            version: RECORD_VERSION,
+            log_id: log_id.0,
+            namespace: namespace.to_owned(),
+            stream: stream.to_owned(),
+            partition,
+        };
+        for _ in 0..self.config.max_cas_attempts {
+            match self.store.put(self.partition(), &key, record.encode(), PutCondition::IfAbsent).await {
+                Ok(_) => return Ok(()),
+                Err(MetaError::KeyExists { .. }) => match self.read::<LogRecord>(&key).await? {
+                    Some(existing) if existing.value == record => return Ok(()),
+                    Some(existing) => {
+                        return Err(CatalogError::corrupt(
+                            &key,
+                            format!(
+                                "log {log_id} is registered to {}/{} partition {}, but the layout of \
+                                 {namespace}/{stream} claims it for partition {partition}",
+                                existing.value.namespace, existing.value.stream, existing.value.partition
+                            ),
+                        ));
+                    }
+                    // Deleted between our put and our read (the stream was dropped): retry,
+                    // and the publish step will see the tombstone.
+                    None => {}
+                },
+                Err(MetaError::OutcomeUnknown(_)) => {}
+                Err(other) => return Err(other.into()),
+            }
+        }
+        Err(CatalogError::Contended { key, attempts: self.config.max_cas_attempts })
+    }
+
+    /// Fence, drain, purge the index records, then remove the log record.
+    async fn purge_log(&self, log_id: LogId) -> Result<()> {
+        lease::fence(self.store.as_ref(), log_id).await?;
+        let drain = self.config.drain_config();
+        match lease::drain(self.store.as_ref(), log_id, &drain).await? {
+            lease::DrainOutcome::Drained => {}
+            lease::DrainOutcome::TimedOut { remaining } => {
+                warn!(%log_id, ?remaining, "leases remain after the drain timeout; log left fenced and intact");
+                return Err(CatalogError::LeasesRemain { log_id, remaining, waited: drain.timeout });
+            }
+        }
+        self.store
+            .delete_range(&keys::partition(log_id), &keys::first_key(log_id), &keys::last_key(log_id))
+            .await?;
+        self.store.delete(self.partition(), &log_key(log_id)).await?;
+        info!(%log_id, "deleted log");
+        Ok(())
+    }
+
+    /// One page of the records under `prefix`, kept or skipped by `keep`.
+    async fn list_page<R: CatalogRecord, T>(
+        &self,
+        prefix: &str,
+        after: Option<&str>,
+        limit: usize,
+        keep: impl Fn(R, i64) -> Option<T>,
+    ) -> Result<Page<T>>
+    where
+        T: Named,
+    {
+        if limit == 0 {
+            return Err(CatalogError::InvalidArgument("a page holds at least one item".to_owned()));
+        }
+        let end = listing_end(prefix);
+        let mut skip = after.map(|name| format!("{prefix}{name}"));
+        let mut start = skip.clone().unwrap_or_else(|| prefix.to_owned());
+        let mut items = Vec::new();
+        loop {
+            let batch = self.store.scan(self.partition(), &start, &end, Some(limit + 1)).await?;
+            let full_batch = batch.len() == limit + 1;
+            for record in batch {
+                if skip.as_deref() == Some(record.key.as_str()) {
+                    continue;
+                }
+                let value = R::decode(&record.key, &record.value)?;
+                if let Some(item) = keep(value, record.created_ms) {
+                    items.push(item);
+                }
+                start = record.key;
+            }
+            if items.len() > limit {
+                items.truncate(limit);
+                let next_page = items.last().map(|item| item.name().to_owned());
+                return Ok(Page { items, next_page });
+            }
+            if !full_batch {
+                return Ok(Page { items, next_page: None });
+            }
+            skip = Some(start.clone());
+        }
+    }
+}
+
+/// Items of a listing, which pages by name.
+trait Named {
+    fn name(&self) -> &str;
+}
+
+impl Named for Namespace {
+    fn name(&self) -> &str {
+        &self.name
+    }
+}
+
+impl Named for Stream {
+    fn name(&self) -> &str {
+        &self.name
+    }
+}
+
+fn namespace_of(record: NamespaceRecord, created_ms: i64) -> Namespace {
+    Namespace { name: record.name, properties: record.properties, created_ms }
+}
+
+fn stream_of(found: Versioned<StreamRecord>) -> Stream {
+    let record = found.value;
+    Stream {
+        namespace: record.namespace,
+        name: record.name,
+        properties: record.properties,
+        logs: record.layout.into_iter().map(LogId).collect(),
+        pending_logs: record
+            .pending_expansion
+            .map(|p| p.new_logs.into_iter().map(LogId).collect())
+            .unwrap_or_default(),
+        created_ms: found.created_ms,
+    }
+}
+
+/// The error for creating an identity whose record exists.
+fn taken(existing: &StreamRecord) -> CatalogError {
+    let (namespace, stream) = (existing.namespace.clone(), existing.name.clone());
+    match existing.state {
+        StreamState::Active => CatalogError::StreamExists { namespace, stream },
+        StreamState::Dropping | StreamState::Dropped => CatalogError::StreamDropped { namespace, stream },
+    }
+}

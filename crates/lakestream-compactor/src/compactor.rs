@@ -1,0 +1,876 @@
+//! The [`Compactor`]: claims, C2 (data), C3 (install), C4 (retire), C5 (progress), and the
+//! one-shot `compact_once`.
+//!
+//! Each step is a public method so that tests and the simulation can stop between any two of
+//! them, as a crash would. `compact_log` runs them in order:
+//!
+//! 1. **claim** the log: an ephemeral record `/lakestream-compaction-claims/{L}` in P(L),
+//!    created through the compactor's session. At most one compactor holds it, so compaction
+//!    index updates of a log never run concurrently, across processes (spec MUST). It
+//!    vanishes with the session, so a crashed compactor never blocks a log for longer than
+//!    the session timeout.
+//! 2. **plan** ([`crate::plan`]), finishing interrupted C4 steps first.
+//! 3. **prepare** (C2): read the range's entries through the reader (whose object cache
+//!    serves every log of a WAL object from one fetch), write Parquet files and companions.
+//! 4. **finish**: under a write lease taken through the claim's session, install (C3),
+//!    retire (C4) and record progress (C5); repeat on failure; stop when the session ends
+//!    or the log is fenced.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::Bytes;
+use lakestream_format::compacted::{self, Binding, CompactedFileWriter, KNOWN_BINDINGS};
+use lakestream_format::companion::{self, CompanionRow, CompanionWriter};
+use lakestream_format::entry_index::{self, EntryIndex, IndexValue, ParquetRange};
+use lakestream_format::file_index::{FileIndex, FileIndexEntry};
+use lakestream_format::keys;
+use lakestream_format::{Clock, Entry, LogId, LogRef, Offset};
+use lakestream_meta::lease::{self, TokenSource, WriteLease};
+use lakestream_meta::{MetaError, MetaStore, PutCondition, Session};
+use lakestream_objstore::{ObjectPath, ObjectStore};
+use lakestream_reader::{Reader, ReaderDeps};
+
+use crate::config::CompactorConfig;
+use crate::error::{CompactError, CompactResult};
+use crate::ledger;
+use crate::names;
+use crate::plan::{self, NextRange, PendingRetire, Planning, RangePlan, Thresholds};
+use crate::progress::{CompactReport, Progress, ProgressFn, RangeReport};
+use crate::records::{self, IndexRecord};
+
+/// The components a compactor needs. Time and randomness are injected.
+#[derive(Debug, Clone)]
+pub struct CompactorDeps {
+    /// The metadata store holding the offset index.
+    pub meta: Arc<dyn MetaStore>,
+    /// The WAL root.
+    pub wal: Arc<dyn ObjectStore>,
+    /// The compacted root.
+    pub compacted: Arc<dyn ObjectStore>,
+    /// Wall-clock time: range ages, deadlines, grace periods.
+    pub clock: Arc<dyn Clock>,
+    /// Fresh UUIDs: compacted file names, lease tokens, claim owners.
+    pub tokens: Arc<dyn TokenSource>,
+}
+
+/// A compactor. Cheap to clone; clones share the session, the reader and pending work.
+#[derive(Debug, Clone)]
+pub struct Compactor {
+    pub(crate) inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+pub(crate) struct Inner {
+    pub(crate) config: CompactorConfig,
+    pub(crate) deps: CompactorDeps,
+    binding: Binding,
+    reader: Reader,
+    session: tokio::sync::Mutex<Option<Arc<dyn Session>>>,
+    /// Compactions whose C3 may have taken effect but whose C4 did not complete: retried
+    /// with the same range and value before the log is planned again (spec MUST).
+    pending: Mutex<HashMap<LogId, Vec<PreparedCompaction>>>,
+}
+
+/// The claim on one log's compaction work: an ephemeral record in P(L).
+#[derive(Debug)]
+pub struct Claim {
+    log_id: LogId,
+    key: String,
+    session: Arc<dyn Session>,
+}
+
+impl Claim {
+    /// The claimed log.
+    pub fn log_id(&self) -> LogId {
+        self.log_id
+    }
+
+    /// Whether the session behind the claim is still alive; once it ended, another compactor
+    /// may hold the claim, and this one must change nothing more.
+    pub fn is_live(&self) -> bool {
+        !self.session.is_ended()
+    }
+
+    /// Deletes the claim record. Call after every change made under it has completed.
+    pub async fn release(self, meta: &dyn MetaStore) {
+        if let Err(e) = meta.delete(&keys::partition(self.log_id), &self.key).await {
+            tracing::debug!(log_id = %self.log_id, error = %e, "releasing a compaction claim failed; it ends with the session");
+        }
+    }
+}
+
+/// The key of a log's compaction claim.
+pub fn claim_key(log_id: LogId) -> String {
+    format!("/lakestream-compaction-claims/{}", log_id.0)
+}
+
+/// One compacted file written in C2.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WrittenFile {
+    /// The Parquet file's name in the stream's directory.
+    pub name: String,
+    /// The last offset it holds (its file-index entry).
+    pub last_offset: Offset,
+    /// Its rows (entries).
+    pub rows: u64,
+    /// The Parquet file's size.
+    pub parquet_bytes: u64,
+    /// The companion's size.
+    pub companion_bytes: u64,
+}
+
+/// A range whose files are written (C2 done): everything C3–C5 need, reusable for retries.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PreparedCompaction {
+    /// The log.
+    pub log: LogRef,
+    /// The range.
+    pub plan: RangePlan,
+    /// The files, in offset order.
+    pub files: Vec<WrittenFile>,
+    /// The PARQUET record's value.
+    pub value: Bytes,
+    /// After this time C3 must not put the value any more (see `max_compaction_duration`).
+    pub deadline_ms: i64,
+    /// The payload bytes written to files (entries ending at or below B are left out).
+    pub payload_bytes: u64,
+}
+
+impl PreparedCompaction {
+    /// `K(L, e, c_e)`, the key of the range's last record.
+    pub fn key(&self) -> String {
+        keys::index_key(self.log.log_id, self.plan.end, self.plan.cumulative_end)
+    }
+
+    fn wal_objects(&self) -> impl Iterator<Item = &str> {
+        self.plan.records.iter().map(|r| r.wal_object.as_str())
+    }
+}
+
+/// What step C3 did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum InstallOutcome {
+    /// The PARQUET value replaced the RAW value under `K(L, e, c_e)`.
+    Installed,
+    /// The key already held this very value (an earlier attempt took effect).
+    AlreadyInstalled,
+    /// The key no longer exists (a hard trim removed it): the step is skipped (spec C3).
+    KeyAbsent,
+}
+
+impl Compactor {
+    /// A compactor over these components.
+    pub fn new(config: CompactorConfig, deps: CompactorDeps) -> CompactResult<Compactor> {
+        config.validate()?;
+        let binding = KNOWN_BINDINGS
+            .first()
+            .copied()
+            .ok_or_else(|| CompactError::InvalidInput("the format crate implements no binding".into()))?;
+        let reader_deps =
+            ReaderDeps { meta: deps.meta.clone(), wal: deps.wal.clone(), compacted: deps.compacted.clone() };
+        let reader = Reader::new(config.reader.clone(), reader_deps).map_err(|e| {
+            CompactError::Config(crate::config::ConfigError { field: "reader", rule: e.to_string() })
+        })?;
+        Ok(Compactor {
+            inner: Arc::new(Inner {
+                config,
+                deps,
+                binding,
+                reader,
+                session: tokio::sync::Mutex::new(None),
+                pending: Mutex::new(HashMap::new()),
+            }),
+        })
+    }
+
+    /// The settings.
+    pub fn config(&self) -> &CompactorConfig {
+        &self.inner.config
+    }
+
+    pub(crate) fn meta(&self) -> &dyn MetaStore {
+        self.inner.deps.meta.as_ref()
+    }
+
+    pub(crate) fn now_ms(&self) -> i64 {
+        self.inner.deps.clock.now_ms()
+    }
+
+    /// The compactor's live metadata-store session, opened on first use and again after it ended.
+    pub async fn session(&self) -> CompactResult<Arc<dyn Session>> {
+        let mut slot = self.inner.session.lock().await;
+        if let Some(s) = slot.as_ref().filter(|s| !s.is_ended()) {
+            return Ok(s.clone());
+        }
+        let session = self
+            .meta()
+            .open_session(self.inner.config.session_timeout)
+            .await
+            .map_err(CompactError::meta(LogId::MAX, "opening a session"))?;
+        *slot = Some(session.clone());
+        Ok(session)
+    }
+
+    /// The id of the current session, if one is open.
+    pub async fn session_id(&self) -> Option<String> {
+        self.inner.session.lock().await.as_ref().map(|s| s.id())
+    }
+
+    /// Claims a log's compaction work; [`CompactError::Busy`] when another compactor holds it.
+    pub async fn claim(&self, log_id: LogId) -> CompactResult<Claim> {
+        let session = self.session().await?;
+        let key = claim_key(log_id);
+        let owner = Bytes::from(self.inner.deps.tokens.new_token());
+        match session.create_ephemeral(&keys::partition(log_id), &key, owner).await {
+            Ok(_) => Ok(Claim { log_id, key, session }),
+            Err(MetaError::KeyExists { .. }) => Err(CompactError::Busy { log_id }),
+            Err(MetaError::SessionEnded(_)) => Err(CompactError::SessionEnded { log_id }),
+            Err(e) => Err(CompactError::meta(log_id, "creating the compaction claim")(e)),
+        }
+    }
+
+    /// Acquires a write lease on the claimed log through the claim's session, so that the
+    /// lease ends when the claim does.
+    pub async fn acquire_lease(&self, claim: &Claim) -> CompactResult<WriteLease> {
+        let log_id = claim.log_id;
+        if !claim.is_live() {
+            return Err(CompactError::SessionEnded { log_id });
+        }
+        let token = self.inner.deps.tokens.new_token();
+        lease::acquire(self.meta(), &claim.session, log_id, &token)
+            .await
+            .map_err(|source| CompactError::Lease { log_id, source })
+    }
+
+    /// Plans the log's next compaction from its records, B and the clock.
+    pub async fn plan(&self, log_id: LogId) -> CompactResult<(Vec<IndexRecord>, Planning)> {
+        let b = records::trim_marker(self.meta(), log_id).await?;
+        let records = records::scan_log(self.meta(), log_id).await?;
+        let thresholds = Thresholds {
+            max_range_bytes: self.inner.config.max_range_bytes,
+            max_range_age_ms: CompactorConfig::ms(self.inner.config.max_range_age),
+        };
+        let planning = plan::plan(&records, b, self.now_ms(), thresholds);
+        Ok((records, planning))
+    }
+
+    /// C2: reads the range's entries that end above B and writes them to compacted files with
+    /// companions, in the stream's directory. `None` when every entry of the range ends at or
+    /// below B (nothing to keep: hard trim removes those records).
+    pub async fn prepare(&self, log: &LogRef, plan: &RangePlan) -> CompactResult<Option<PreparedCompaction>> {
+        // A soft trim during the read can open a gap in the entries read; the attempt then
+        // starts again above the new B (its files become orphans, reclaimed after a grace).
+        for _ in 0..PREPARE_ATTEMPTS {
+            if let Some(outcome) = self.prepare_attempt(log, plan).await? {
+                return Ok(outcome);
+            }
+        }
+        Err(corrupt(
+            log.log_id,
+            plan,
+            format!("B kept moving during {PREPARE_ATTEMPTS} attempts to read the range"),
+        ))
+    }
+
+    /// One attempt of [`Compactor::prepare`]; `None` when it must start again.
+    async fn prepare_attempt(
+        &self,
+        log: &LogRef,
+        plan: &RangePlan,
+    ) -> CompactResult<Option<Option<PreparedCompaction>>> {
+        let started_ms = self.now_ms();
+        let deadline_ms =
+            started_ms.saturating_add(CompactorConfig::ms(self.inner.config.max_compaction_duration));
+        let log_id = log.log_id;
+        let mut files = FilesBuilder::new(self, log);
+        let mut next = plan.start;
+        let mut record_index = 0usize;
+        // The entries of the current record read so far: cumulative sizes are known only once
+        // the record is complete (they count back from the record's key).
+        let mut record_entries: Vec<Entry> = Vec::new();
+        let mut first = true;
+        while next < plan.end {
+            let batch =
+                self.inner.reader.read(log, next, self.inner.config.read_chunk_bytes, Duration::ZERO).await?;
+            if batch.entries.is_empty() {
+                if batch.trim_marker >= plan.end {
+                    return Ok(Some(None)); // B moved past the range while we read it
+                }
+                return Err(corrupt(log_id, plan, format!("no entry is readable at offset {next}")));
+            }
+            let before = next;
+            for entry in batch.entries {
+                if entry.offset >= plan.end {
+                    break;
+                }
+                if entry.end_offset() > plan.end {
+                    return Err(corrupt(
+                        log_id,
+                        plan,
+                        format!("entry at {} straddles the range end", entry.offset),
+                    ));
+                }
+                // The first entry holds max(s, B); entries before it end at or below B and
+                // may be left out. After it, entries must follow each other.
+                if !first && entry.offset != next {
+                    return Ok(None);
+                }
+                first = false;
+                next = entry.end_offset();
+                while record_index < plan.records.len() && plan.records[record_index].end < entry.end_offset()
+                {
+                    record_index += 1;
+                }
+                let Some(record) = plan.records.get(record_index) else {
+                    return Err(corrupt(
+                        log_id,
+                        plan,
+                        format!("entry at {} lies in no planned record", entry.offset),
+                    ));
+                };
+                record_entries.push(entry);
+                if next == record.end {
+                    let rows =
+                        rows_of_record(log_id, plan, record_index, std::mem::take(&mut record_entries))?;
+                    for (row, payload) in rows {
+                        files.push(row, payload).await?;
+                    }
+                }
+            }
+            if next == before {
+                // Nothing of the range was readable at `next`: B moved past the range.
+                if batch.trim_marker >= plan.end {
+                    return Ok(Some(None));
+                }
+                return Err(corrupt(
+                    log_id,
+                    plan,
+                    format!("the reader returned no entry of the range at {next}"),
+                ));
+            }
+        }
+        if !record_entries.is_empty() {
+            return Err(corrupt(log_id, plan, "the last entries end inside a record".into()));
+        }
+        let (written, payload_bytes) = files.finish().await?;
+        if written.is_empty() {
+            return Ok(Some(None));
+        }
+        let file_index = FileIndex::new(
+            written
+                .iter()
+                .map(|f| FileIndexEntry { last_offset: f.last_offset, name: f.name.clone() })
+                .collect(),
+        )
+        .map_err(|source| CompactError::Encode { log_id, what: "file index", source })?;
+        let range = ParquetRange {
+            start: plan.start,
+            end: plan.end,
+            cumulative_start: plan.cumulative_start,
+            cumulative_end: plan.cumulative_end,
+        };
+        // Never a PARQUET record without a file index (addendum §12 row 5): `parquet` always
+        // writes it, and refuses a file index that does not end at e − 1.
+        let value = EntryIndex::parquet(range, &file_index)
+            .map_err(|source| CompactError::Encode { log_id, what: "PARQUET record", source })?
+            .encode();
+        Ok(Some(Some(PreparedCompaction {
+            log: log.clone(),
+            plan: plan.clone(),
+            files: written,
+            value: Bytes::from(value),
+            deadline_ms,
+            payload_bytes,
+        })))
+    }
+
+    /// C3: `Get(K(L, e, c_e))`; if present, `Put` the PARQUET value keeping the key. Before it
+    /// removes the last RAW record's reference, announces the range's WAL objects in the
+    /// retirement ledger. Never replaces another compaction's PARQUET record, and never puts
+    /// after the deadline (the files may be reclaimed as orphans by then).
+    pub async fn install(
+        &self,
+        prepared: &PreparedCompaction,
+        lease: &WriteLease,
+    ) -> CompactResult<InstallOutcome> {
+        let log_id = prepared.log.log_id;
+        let partition = keys::partition(log_id);
+        let key = prepared.key();
+        ensure_live(lease)?;
+        let current =
+            self.meta().get(&partition, &key).await.map_err(CompactError::meta(log_id, "C3 get"))?;
+        let Some(current) = current else {
+            // The key is gone. A hard trim does that only to a range at or below B; but a
+            // stale compaction (its C1 checked long ago) can find it removed by a later
+            // compaction's C4, and its own C4 must then not run over that compaction's record.
+            self.check_c1_still_holds(prepared).await?;
+            return Ok(InstallOutcome::KeyAbsent);
+        };
+        if current.value == prepared.value {
+            return Ok(InstallOutcome::AlreadyInstalled);
+        }
+        let decoded = entry_index::decode(&current.value).map_err(|e| CompactError::Corrupt {
+            log_id,
+            what: format!("index record {key}"),
+            detail: e.to_string(),
+        })?;
+        if let IndexValue::Parquet(_) = decoded {
+            return Err(CompactError::AlreadyCompacted { log_id, key });
+        }
+        if self.now_ms() > prepared.deadline_ms {
+            return Err(CompactError::DeadlinePassed {
+                log_id,
+                start: prepared.plan.start,
+                end: prepared.plan.end,
+            });
+        }
+        self.check_c1_still_holds(prepared).await?;
+        ledger::record_retirements(self.meta(), prepared.wal_objects(), self.now_ms()).await?;
+        ensure_live(lease)?;
+        self.meta()
+            .put(&partition, &key, prepared.value.clone(), PutCondition::None)
+            .await
+            .map_err(CompactError::meta(log_id, "C3 put"))?;
+        Ok(InstallOutcome::Installed)
+    }
+
+    /// C1 again, before a C3 that has not taken effect (and before the C4 that follows a
+    /// skipped C3): every record ending in `(s, e]` must still be RAW, and no PARQUET record
+    /// ending after `e` may reach into the range. A compaction retried after its session
+    /// ended can meet a range that another compaction planned and installed meanwhile;
+    /// installing it then would let its C4 delete that compaction's PARQUET record (found by
+    /// the simulation, seeds 1223 and 20555).
+    async fn check_c1_still_holds(&self, prepared: &PreparedCompaction) -> CompactResult<()> {
+        let log_id = prepared.log.log_id;
+        let partition = keys::partition(log_id);
+        let (s, e) = (prepared.plan.start, prepared.plan.end);
+        let start = keys::index_key(log_id, s + 1, 0);
+        let end = keys::covering_lookup_key(log_id, e);
+        let inside = self
+            .meta()
+            .scan(&partition, &start, &end, None)
+            .await
+            .map_err(CompactError::meta(log_id, "C1 re-check"))?;
+        for record in inside.iter().filter(|r| keys::is_index_key_of(&r.key, log_id)) {
+            if !IndexRecord::parse(log_id, record)?.is_raw() {
+                return Err(CompactError::AlreadyCompacted { log_id, key: record.key.clone() });
+            }
+        }
+        // A PARQUET record that covers `e` ends after it; RAW records that its C4 has not yet
+        // removed can lie between. Walk forward to the first PARQUET record.
+        let mut from = end.clone();
+        let last = keys::last_key(log_id);
+        loop {
+            let page = self
+                .meta()
+                .scan(&partition, &from, &last, Some(C1_SCAN_PAGE))
+                .await
+                .map_err(CompactError::meta(log_id, "C1 re-check"))?;
+            for record in page.iter().filter(|r| keys::is_index_key_of(&r.key, log_id)) {
+                let later = IndexRecord::parse(log_id, record)?;
+                if !later.is_raw() {
+                    if later.start < e {
+                        return Err(CompactError::AlreadyCompacted { log_id, key: record.key.clone() });
+                    }
+                    return Ok(());
+                }
+            }
+            match page.last().map(|r| keys::IndexKey::parse(&r.key)) {
+                // K(L, end, MAX) sorts after the record ending at `end` and before the next.
+                Some(Ok(k)) if page.len() == C1_SCAN_PAGE && k.log_id == log_id => {
+                    from = keys::covering_lookup_key(log_id, k.end_offset)
+                }
+                _ => return Ok(()),
+            }
+        }
+    }
+
+    /// C4: `DeleteRange(K(L, s+1, 0), K(L, e−1, MAX))`, after announcing the WAL objects of
+    /// the records it removes in the retirement ledger.
+    pub async fn retire<'a>(
+        &self,
+        log_id: LogId,
+        range: PendingRetire,
+        wal_objects: impl IntoIterator<Item = &'a str>,
+        lease: &WriteLease,
+    ) -> CompactResult<()> {
+        ensure_live(lease)?;
+        ledger::record_retirements(self.meta(), wal_objects, self.now_ms()).await?;
+        if range.end < range.start + 2 {
+            return Ok(()); // no end offset lies in [s+1, e-1]
+        }
+        ensure_live(lease)?;
+        let start = keys::index_key(log_id, range.start + 1, 0);
+        let end = keys::covering_lookup_key(log_id, range.end - 1);
+        self.meta()
+            .delete_range(&keys::partition(log_id), &start, &end)
+            .await
+            .map_err(CompactError::meta(log_id, "C4"))
+    }
+
+    /// C5: raises the compaction cursor `/first-uncompacted-offset/{L}` in P(L) to `end`
+    /// (0-based: the first offset not compacted; not Ursa's `e + 1`, addendum §12 row 10).
+    pub async fn record_progress(&self, log_id: LogId, end: Offset, lease: &WriteLease) -> CompactResult<()> {
+        let partition = keys::partition(log_id);
+        let key = keys::compaction_cursor_key(log_id);
+        for _ in 0..8 {
+            ensure_live(lease)?;
+            let current =
+                self.meta().get(&partition, &key).await.map_err(CompactError::meta(log_id, "C5 get"))?;
+            let condition = match &current {
+                None => PutCondition::IfAbsent,
+                Some(r) => match keys::decode_trim_marker(&r.value) {
+                    Ok(cursor) if cursor >= end => return Ok(()),
+                    _ => PutCondition::IfVersion(r.version),
+                },
+            };
+            let value = Bytes::from(end.to_string());
+            match self.meta().put(&partition, &key, value, condition).await {
+                Ok(_) => return Ok(()),
+                Err(MetaError::KeyExists { .. } | MetaError::VersionMismatch { .. }) => continue,
+                Err(e) => return Err(CompactError::meta(log_id, "C5 put")(e)),
+            }
+        }
+        Ok(()) // the cursor is informational; another compactor keeps moving it
+    }
+
+    /// C3, C4 and C5 under one write lease per attempt, repeated up to `install_attempts`
+    /// times. Stops at once when the log is fenced, the claim's session ended, another
+    /// compaction's record is in the way, or the deadline passed before C3 took effect.
+    pub async fn finish(
+        &self,
+        claim: &Claim,
+        prepared: &PreparedCompaction,
+    ) -> CompactResult<InstallOutcome> {
+        let log_id = prepared.log.log_id;
+        let mut last = None;
+        for _ in 0..self.inner.config.install_attempts {
+            let lease = self.acquire_lease(claim).await?;
+            let result = async {
+                let outcome = self.install(prepared, &lease).await?;
+                let range = PendingRetire { start: prepared.plan.start, end: prepared.plan.end };
+                self.retire(log_id, range, prepared.wal_objects(), &lease).await?;
+                self.record_progress(log_id, prepared.plan.end, &lease).await?;
+                Ok::<_, CompactError>(outcome)
+            }
+            .await;
+            // Every change of the attempt has completed or failed: the lease may go.
+            if !*lease.session_ended().borrow() {
+                let _ = lease.release(self.meta()).await;
+            }
+            match result {
+                Ok(outcome) => return Ok(outcome),
+                Err(e @ (CompactError::AlreadyCompacted { .. } | CompactError::DeadlinePassed { .. })) => {
+                    return Err(e);
+                }
+                Err(e @ CompactError::SessionEnded { .. }) => return Err(e),
+                Err(e) => {
+                    tracing::warn!(%log_id, error = %e, "C3/C4 attempt failed; repeating");
+                    last = Some(e);
+                }
+            }
+        }
+        Err(last.unwrap_or(CompactError::SessionEnded { log_id }))
+    }
+
+    /// Finishes interrupted C4 steps the planner found, under a lease.
+    async fn repair(
+        &self,
+        claim: &Claim,
+        records: &[IndexRecord],
+        repairs: &[PendingRetire],
+        progress: ProgressFn<'_>,
+    ) -> CompactResult<usize> {
+        if repairs.is_empty() {
+            return Ok(0);
+        }
+        let lease = self.acquire_lease(claim).await?;
+        let result = async {
+            for r in repairs {
+                let covered = records
+                    .iter()
+                    .filter(|x| x.end() > r.start && x.end() < r.end)
+                    .filter_map(IndexRecord::wal_object);
+                self.retire(claim.log_id, *r, covered, &lease).await?;
+                progress(&Progress::RetireRepaired { log_id: claim.log_id, start: r.start, end: r.end });
+            }
+            Ok::<_, CompactError>(repairs.len())
+        }
+        .await;
+        if !*lease.session_ended().borrow() {
+            let _ = lease.release(self.meta()).await;
+        }
+        result
+    }
+
+    /// Compacts every closed range of one log: claim, retry pending C3/C4, finish interrupted
+    /// C4 steps, then plan → C2 → C3–C5 until no range is closed.
+    pub async fn compact_log(
+        &self,
+        log: &LogRef,
+        progress: ProgressFn<'_>,
+    ) -> CompactResult<Vec<RangeReport>> {
+        let claim = self.claim(log.log_id).await?;
+        let result = self.compact_claimed(&claim, log, progress).await;
+        claim.release(self.meta()).await;
+        result
+    }
+
+    async fn compact_claimed(
+        &self,
+        claim: &Claim,
+        log: &LogRef,
+        progress: ProgressFn<'_>,
+    ) -> CompactResult<Vec<RangeReport>> {
+        let log_id = log.log_id;
+        let mut reports = Vec::new();
+        let pending = self.take_pending(log_id);
+        for (i, prepared) in pending.iter().enumerate() {
+            if let Err(e) = self.finish_or_keep(claim, prepared).await {
+                self.keep_pending(pending[i + 1..].iter().cloned());
+                return Err(e);
+            }
+        }
+        // Each round compacts one range; the bound only guards against a planner that would
+        // return the same range forever.
+        for _ in 0..10_000 {
+            let (records, planning) = self.plan(log_id).await?;
+            self.repair(claim, &records, &planning.repairs, progress).await?;
+            let NextRange::Ready(plan) = planning.next else { break };
+            progress(&Progress::RangeStarted { log_id, start: plan.start, end: plan.end });
+            let Some(prepared) = self.prepare(log, &plan).await? else { continue };
+            self.finish_or_keep(claim, &prepared).await?;
+            let report = RangeReport::of(&prepared);
+            tracing::info!(%log_id, start = plan.start, end = plan.end, files = prepared.files.len(), "compacted a range");
+            progress(&Progress::RangeCompacted(report.clone()));
+            reports.push(report);
+        }
+        Ok(reports)
+    }
+
+    /// `finish`, keeping the compaction for a later retry when its C3 may have taken effect
+    /// and the failure is not final.
+    async fn finish_or_keep(
+        &self,
+        claim: &Claim,
+        prepared: &PreparedCompaction,
+    ) -> CompactResult<InstallOutcome> {
+        match self.finish(claim, prepared).await {
+            Ok(outcome) => Ok(outcome),
+            Err(e) => {
+                let fin =
+                    matches!(e, CompactError::AlreadyCompacted { .. } | CompactError::DeadlinePassed { .. })
+                        || e.is_fenced();
+                if !fin {
+                    self.keep_pending([prepared.clone()]);
+                }
+                Err(e)
+            }
+        }
+    }
+
+    fn take_pending(&self, log_id: LogId) -> Vec<PreparedCompaction> {
+        self.inner.pending.lock().unwrap_or_else(|e| e.into_inner()).remove(&log_id).unwrap_or_default()
+    }
+
+    fn keep_pending(&self, prepared: impl IntoIterator<Item = PreparedCompaction>) {
+        let mut pending = self.inner.pending.lock().unwrap_or_else(|e| e.into_inner());
+        for p in prepared {
+            pending.entry(p.log.log_id).or_default().push(p);
+        }
+    }
+
+    /// The compactions kept for a retry of their C3/C4.
+    pub fn pending(&self) -> Vec<PreparedCompaction> {
+        let pending = self.inner.pending.lock().unwrap_or_else(|e| e.into_inner());
+        pending.values().flatten().cloned().collect()
+    }
+
+    /// One pass over `logs` (the catalog resolves them): compacts every closed range of each
+    /// log. A log another compactor holds is skipped; a failing log does not stop the others.
+    pub async fn compact_once(&self, logs: &[LogRef], progress: ProgressFn<'_>) -> CompactReport {
+        let mut report = CompactReport::default();
+        for log in logs {
+            progress(&Progress::LogStarted { log_id: log.log_id });
+            match self.compact_log(log, progress).await {
+                Ok(ranges) => {
+                    if !ranges.is_empty() {
+                        report.logs_compacted += 1;
+                    }
+                    report.add_ranges(ranges);
+                }
+                Err(CompactError::Busy { log_id }) => report.busy.push(log_id),
+                Err(e) => {
+                    tracing::warn!(log_id = %log.log_id, error = %e, "compaction failed");
+                    report.failed.push((log.log_id, e.to_string()));
+                }
+            }
+            progress(&Progress::LogDone { log_id: log.log_id });
+        }
+        report
+    }
+
+    pub(crate) fn object_path(name: String) -> CompactResult<ObjectPath> {
+        ObjectPath::new(name.clone()).map_err(CompactError::object(name))
+    }
+}
+
+/// Fails with [`CompactError::SessionEnded`] once the lease's session ended: the compactor
+/// stops C3–C5 and hard trims as soon as it learns (spec SHOULD, which we treat as MUST).
+pub(crate) fn ensure_live(lease: &WriteLease) -> CompactResult<()> {
+    if *lease.session_ended().borrow() {
+        return Err(CompactError::SessionEnded { log_id: lease.log_id() });
+    }
+    Ok(())
+}
+
+/// How many records one page of the C1 re-check's forward walk holds.
+const C1_SCAN_PAGE: usize = 256;
+
+/// How many times C2 starts again when B moves during the read.
+const PREPARE_ATTEMPTS: usize = 4;
+
+fn corrupt(log_id: LogId, plan: &RangePlan, detail: String) -> CompactError {
+    CompactError::Corrupt { log_id, what: format!("range [{}, {})", plan.start, plan.end), detail }
+}
+
+/// The companion rows of one record's entries (all of them, or those from B on): each
+/// entry's header as read from the RAW record, with the cumulative size at its end counted
+/// back from the record's key.
+fn rows_of_record(
+    log_id: LogId,
+    plan: &RangePlan,
+    record_index: usize,
+    entries: Vec<Entry>,
+) -> CompactResult<Vec<(CompanionRow, Bytes)>> {
+    let record = &plan.records[record_index];
+    let payload: u64 = entries.iter().map(|e| e.payload.len() as u64).sum();
+    let whole = entries.first().is_some_and(|e| e.offset == record.start);
+    if payload > record.entry_size_bytes || (whole && payload != record.entry_size_bytes) {
+        return Err(corrupt(
+            log_id,
+            plan,
+            format!(
+                "the record ending at {} has entry_size_bytes {}, its entries {payload} bytes",
+                record.end, record.entry_size_bytes
+            ),
+        ));
+    }
+    let mut cumulative = record.cumulative_end - payload;
+    entries
+        .into_iter()
+        .map(|e| {
+            let size = u32::try_from(e.payload.len())
+                .map_err(|_| corrupt(log_id, plan, format!("entry at {} exceeds 2^32 bytes", e.offset)))?;
+            cumulative += u64::from(size);
+            let row = CompanionRow {
+                offset: e.offset,
+                record_count: e.record_count,
+                timestamp_ms: e.timestamp_ms,
+                entry_size: size,
+                cumulative_size: cumulative,
+                schema_version: None,
+            };
+            Ok((row, e.payload))
+        })
+        .collect()
+}
+
+/// Streams rows into compacted files, starting a new file past `max_file_bytes`.
+struct FilesBuilder<'a> {
+    compactor: &'a Compactor,
+    log: &'a LogRef,
+    current: Option<OpenFile>,
+    written: Vec<WrittenFile>,
+    payload_bytes: u64,
+}
+
+struct OpenFile {
+    name: String,
+    data: CompactedFileWriter,
+    companion: CompanionWriter,
+    payload_bytes: u64,
+    last_offset: Offset,
+}
+
+impl<'a> FilesBuilder<'a> {
+    fn new(compactor: &'a Compactor, log: &'a LogRef) -> Self {
+        FilesBuilder { compactor, log, current: None, written: Vec::new(), payload_bytes: 0 }
+    }
+
+    fn encode_err(&self, what: &'static str) -> impl FnOnce(lakestream_format::FormatError) -> CompactError {
+        let log_id = self.log.log_id;
+        move |source| CompactError::Encode { log_id, what, source }
+    }
+
+    async fn push(&mut self, row: CompanionRow, payload: Bytes) -> CompactResult<()> {
+        if self.current.is_none() {
+            let name =
+                names::compacted_file_name(self.log.log_id, &self.compactor.inner.deps.tokens.new_token());
+            let options = compacted::WriteOptions {
+                codec: self.compactor.inner.config.codec.to_format(),
+                ..compacted::WriteOptions::default()
+            };
+            let data = CompactedFileWriter::new(self.compactor.inner.binding, &name, options)
+                .map_err(self.encode_err("compacted file"))?;
+            let companion = CompanionWriter::new(companion::WriteOptions::default())
+                .map_err(self.encode_err("companion file"))?;
+            self.current = Some(OpenFile { name, data, companion, payload_bytes: 0, last_offset: 0 });
+        }
+        let log_id = self.log.log_id;
+        let Some(file) = self.current.as_mut() else { return Ok(()) };
+        file.companion.push(&row).map_err(|source| CompactError::Encode {
+            log_id,
+            what: "companion row",
+            source,
+        })?;
+        file.data.push(payload).map_err(|source| CompactError::Encode {
+            log_id,
+            what: "compacted row",
+            source,
+        })?;
+        file.payload_bytes += u64::from(row.entry_size);
+        file.last_offset = row.end_offset() - 1;
+        self.payload_bytes += u64::from(row.entry_size);
+        if file.payload_bytes >= self.compactor.inner.config.max_file_bytes {
+            self.close_file().await?;
+        }
+        Ok(())
+    }
+
+    /// Writes the open file and its companion: the companion first, so that a visible
+    /// Parquet file always has its companion (both before C3, spec C2).
+    async fn close_file(&mut self) -> CompactResult<()> {
+        let Some(file) = self.current.take() else { return Ok(()) };
+        let rows = file.data.row_count();
+        let data = file.data.finish().map_err(self.encode_err("compacted file"))?;
+        let index = file.companion.finish().map_err(self.encode_err("companion file"))?;
+        let dir = format!("{}/{}", self.log.namespace, self.log.stream);
+        let companion_name =
+            compacted::companion_name(&file.name).map_err(self.encode_err("companion name"))?;
+        let (parquet_bytes, companion_bytes) = (data.len() as u64, index.len() as u64);
+        let store = &self.compactor.inner.deps.compacted;
+        let companion_path = Compactor::object_path(format!("{dir}/{companion_name}"))?;
+        store
+            .put(&companion_path, Bytes::from(index))
+            .await
+            .map_err(CompactError::object(&companion_path))?;
+        let data_path = Compactor::object_path(format!("{dir}/{}", file.name))?;
+        store.put(&data_path, Bytes::from(data)).await.map_err(CompactError::object(&data_path))?;
+        self.written.push(WrittenFile {
+            name: file.name,
+            last_offset: file.last_offset,
+            rows,
+            parquet_bytes,
+            companion_bytes,
+        });
+        Ok(())
+    }
+
+    async fn finish(mut self) -> CompactResult<(Vec<WrittenFile>, u64)> {
+        self.close_file().await?;
+        Ok((self.written, self.payload_bytes))
+    }
+}

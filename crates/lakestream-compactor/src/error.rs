@@ -1,0 +1,160 @@
+//! Compactor errors, each with its [`ErrorClass`]. The class mapping is one `match` with no
+//! wildcard arm, so every new variant must be classified.
+
+use lakestream_format::{ErrorClass, FormatError, LogId};
+use lakestream_meta::MetaError;
+use lakestream_meta::lease::LeaseError;
+use lakestream_objstore::ObjectStoreError;
+use lakestream_reader::ReadError;
+
+use crate::config::ConfigError;
+
+/// Why a compaction, a hard trim or a collection step failed.
+#[derive(Debug, thiserror::Error)]
+pub enum CompactError {
+    /// A setting is out of range.
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    /// A metadata-store operation failed.
+    #[error("log {log_id}: metadata store, {operation}: {source}")]
+    Meta {
+        /// The log (or `LogId::MAX` for records outside any log).
+        log_id: LogId,
+        /// What the compactor was doing.
+        operation: &'static str,
+        /// The store's error.
+        source: MetaError,
+    },
+    /// An object-store operation failed.
+    #[error("object {object}: {source}")]
+    Object {
+        /// The object's path.
+        object: String,
+        /// The store's error.
+        source: ObjectStoreError,
+    },
+    /// Reading the range's entries failed.
+    #[error(transparent)]
+    Read(#[from] ReadError),
+    /// Encoding a compacted file, a companion or an index value failed.
+    #[error("log {log_id}: encoding {what}: {source}")]
+    Encode {
+        /// The log.
+        log_id: LogId,
+        /// The structure.
+        what: &'static str,
+        /// The codec's error.
+        source: FormatError,
+    },
+    /// Stored records or objects break a rule of the format.
+    #[error("log {log_id}: corrupt {what}: {detail}")]
+    Corrupt {
+        /// The log.
+        log_id: LogId,
+        /// The record or object.
+        what: String,
+        /// The rule broken.
+        detail: String,
+    },
+    /// The write lease could not be acquired (the log is fenced, or the store failed).
+    #[error("log {log_id}: write lease: {source}")]
+    Lease {
+        /// The log.
+        log_id: LogId,
+        /// The lease protocol's error.
+        source: LeaseError,
+    },
+    /// The session behind the compactor's lease and claim ended: every change under it stops.
+    #[error("log {log_id}: the compactor's metadata-store session ended")]
+    SessionEnded {
+        /// The log.
+        log_id: LogId,
+    },
+    /// Another compactor holds the log's compaction claim.
+    #[error("log {log_id}: another compactor holds the compaction claim")]
+    Busy {
+        /// The log.
+        log_id: LogId,
+    },
+    /// The key of the range's last record holds a PARQUET record another compaction installed;
+    /// the spec forbids replacing it.
+    #[error("log {log_id}: {key} already holds another compaction's PARQUET record")]
+    AlreadyCompacted {
+        /// The log.
+        log_id: LogId,
+        /// The key.
+        key: String,
+    },
+    /// The compaction took longer than `max_compaction_duration` before C3 took effect: its
+    /// files may be reclaimed as orphans, so it must not install them.
+    #[error("log {log_id}: compaction of [{start}, {end}) passed its deadline before C3")]
+    DeadlinePassed {
+        /// The log.
+        log_id: LogId,
+        /// The range start.
+        start: u64,
+        /// The range end.
+        end: u64,
+    },
+    /// A caller's argument is invalid.
+    #[error("invalid input: {0}")]
+    InvalidInput(String),
+}
+
+impl CompactError {
+    /// The class of the error.
+    pub fn class(&self) -> ErrorClass {
+        match self {
+            CompactError::Config(_) | CompactError::InvalidInput(_) => ErrorClass::InvalidInput,
+            CompactError::Meta { source, .. } => source.class(),
+            CompactError::Object { source, .. } => source.class(),
+            CompactError::Read(e) => e.class(),
+            CompactError::Encode { .. } => ErrorClass::Internal,
+            CompactError::Corrupt { .. } => ErrorClass::CorruptData,
+            CompactError::Lease { source, .. } => source.class(),
+            CompactError::SessionEnded { .. }
+            | CompactError::Busy { .. }
+            | CompactError::AlreadyCompacted { .. }
+            | CompactError::DeadlinePassed { .. } => ErrorClass::Conflict,
+        }
+    }
+
+    /// Whether the log is fenced for deletion: a compaction stops retrying C3/C4 then.
+    pub fn is_fenced(&self) -> bool {
+        matches!(self, CompactError::Lease { source: LeaseError::Fenced { .. }, .. })
+    }
+
+    pub(crate) fn meta(log_id: LogId, operation: &'static str) -> impl FnOnce(MetaError) -> CompactError {
+        move |source| CompactError::Meta { log_id, operation, source }
+    }
+
+    pub(crate) fn object(object: impl ToString) -> impl FnOnce(ObjectStoreError) -> CompactError {
+        let object = object.to_string();
+        move |source| CompactError::Object { object, source }
+    }
+}
+
+/// The result type of compactor operations.
+pub type CompactResult<T> = Result<T, CompactError>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn classes() {
+        let fenced =
+            CompactError::Lease { log_id: LogId(1), source: LeaseError::Fenced { log_id: LogId(1) } };
+        assert!(fenced.is_fenced());
+        assert_eq!(fenced.class(), ErrorClass::Conflict);
+        let unavailable = CompactError::Meta {
+            log_id: LogId(1),
+            operation: "get",
+            source: MetaError::Unavailable("x".into()),
+        };
+        assert_eq!(unavailable.class(), ErrorClass::Retryable);
+        assert_eq!(CompactError::SessionEnded { log_id: LogId(1) }.class(), ErrorClass::Conflict);
+        let corrupt = CompactError::Corrupt { log_id: LogId(1), what: "k".into(), detail: "d".into() };
+        assert_eq!(corrupt.class(), ErrorClass::CorruptData);
+    }
+}

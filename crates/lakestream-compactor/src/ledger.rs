@@ -1,0 +1,252 @@
+//! The WAL retirement ledger: one metadata record per WAL object that may have lost its last
+//! naming index record, so the collector finds candidates without listing the WAL root.
+//!
+//! Record: key `/lakestream-wal-retired/{name}` (the object name percent-encoded, so the key
+//! has exactly two `/` and a prefix scan sees every entry in any key order), in partition
+//! [`LEDGER_PARTITION`]; value JSON `{"retired_ms": T, "unreferenced_since_ms": U | null}`.
+//!
+//! - Before C4, a hard trim, or a log deletion removes RAW records, the remover writes an
+//!   entry for each WAL object they name (`retired_ms` = now, `unreferenced_since_ms` =
+//!   null). Writing it *before* the removal means a crash in between leaves an entry, never
+//!   an unreferenced object without one.
+//! - The collector sets `unreferenced_since_ms` when it first finds that no index record
+//!   names the object, and deletes the object once that is `wal_grace` old and still true.
+//!   The grace period is therefore measured from a moment after the last naming record was
+//!   removed, however long the remover took between writing the entry and removing records.
+
+use bytes::Bytes;
+use lakestream_format::LogId;
+use lakestream_meta::{MetaError, MetaStore, PutCondition, Version};
+use percent_encoding::{AsciiSet, CONTROLS, percent_decode_str, utf8_percent_encode};
+use serde::{Deserialize, Serialize};
+
+use crate::error::{CompactError, CompactResult};
+
+/// The partition of the ledger records.
+pub const LEDGER_PARTITION: &str = "lakestream-gc";
+/// The key prefix of ledger records.
+pub const LEDGER_PREFIX: &str = "/lakestream-wal-retired/";
+
+/// `/` keeps the key one level deep; `%` keeps the encoding reversible.
+const ESCAPED: &AsciiSet = &CONTROLS.add(b'/').add(b'%');
+
+/// How many times a conditional ledger update is retried after losing a race.
+const CAS_ATTEMPTS: usize = 8;
+
+/// The ledger's `LogId` stand-in in errors: its records belong to no log.
+const NO_LOG: LogId = LogId::MAX;
+
+/// The value of a ledger record.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LedgerValue {
+    /// When the latest remover announced it would remove records naming the object.
+    pub retired_ms: i64,
+    /// When a collector first found no index record naming the object; null until then.
+    pub unreferenced_since_ms: Option<i64>,
+}
+
+/// A ledger record as read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LedgerEntry {
+    /// The WAL object name.
+    pub object: String,
+    /// The value.
+    pub value: LedgerValue,
+    /// The record's version, for conditional updates.
+    pub version: Version,
+}
+
+/// The ledger key of a WAL object.
+pub fn ledger_key(object: &str) -> String {
+    format!("{LEDGER_PREFIX}{}", utf8_percent_encode(object, ESCAPED))
+}
+
+fn ledger_end() -> String {
+    format!("{LEDGER_PREFIX}\u{FFFF}")
+}
+
+fn encode(value: &LedgerValue) -> Bytes {
+    Bytes::from(serde_json::to_vec(value).unwrap_or_default())
+}
+
+/// Announces that records naming `objects` are about to be removed. Resets any
+/// `unreferenced_since_ms`, since a record named the object until now.
+pub async fn record_retirements<'a>(
+    meta: &dyn MetaStore,
+    objects: impl IntoIterator<Item = &'a str>,
+    now_ms: i64,
+) -> CompactResult<()> {
+    let mut seen = std::collections::BTreeSet::new();
+    for object in objects.into_iter().filter(|o| seen.insert(*o)) {
+        let key = ledger_key(object);
+        let fresh = LedgerValue { retired_ms: now_ms, unreferenced_since_ms: None };
+        update(meta, &key, |old| match old {
+            None => Some(fresh),
+            Some(v) => {
+                Some(LedgerValue { retired_ms: v.retired_ms.max(now_ms), unreferenced_since_ms: None })
+            }
+        })
+        .await?;
+    }
+    Ok(())
+}
+
+/// For a catalog about to delete log `log_id` (after its fence and drain, before its
+/// `DeleteRange`): announces the WAL objects its RAW records name, so that the collector
+/// finds them without listing the WAL root. Optional: the orphan scan finds them too, later.
+pub async fn announce_log_deletion(meta: &dyn MetaStore, log_id: LogId, now_ms: i64) -> CompactResult<usize> {
+    let records = crate::records::scan_log(meta, log_id).await?;
+    let objects: Vec<&str> = records.iter().filter_map(|r| r.wal_object()).collect();
+    record_retirements(meta, objects.iter().copied(), now_ms).await?;
+    Ok(objects.len())
+}
+
+/// Records that a collector found no index record naming `object` at `now_ms`, unless an
+/// earlier observation is already recorded. Creates the entry for an orphan.
+pub async fn mark_unreferenced(meta: &dyn MetaStore, object: &str, now_ms: i64) -> CompactResult<()> {
+    update(meta, &ledger_key(object), |old| match old {
+        None => Some(LedgerValue { retired_ms: now_ms, unreferenced_since_ms: Some(now_ms) }),
+        Some(v) if v.unreferenced_since_ms.is_some() => None,
+        Some(v) => Some(LedgerValue { unreferenced_since_ms: Some(now_ms), ..v }),
+    })
+    .await
+}
+
+/// Removes the entry of an object that is gone.
+pub async fn remove(meta: &dyn MetaStore, object: &str) -> CompactResult<()> {
+    meta.delete(LEDGER_PARTITION, &ledger_key(object))
+        .await
+        .map(|_| ())
+        .map_err(CompactError::meta(NO_LOG, "deleting a ledger entry"))
+}
+
+/// Every ledger entry, in key order.
+pub async fn list(meta: &dyn MetaStore) -> CompactResult<Vec<LedgerEntry>> {
+    let records = meta
+        .scan(LEDGER_PARTITION, LEDGER_PREFIX, &ledger_end(), None)
+        .await
+        .map_err(CompactError::meta(NO_LOG, "scanning the ledger"))?;
+    records
+        .into_iter()
+        .filter(|r| r.key.starts_with(LEDGER_PREFIX))
+        .map(|r| {
+            let corrupt =
+                |detail: String| CompactError::Corrupt { log_id: NO_LOG, what: r.key.clone(), detail };
+            let encoded = &r.key[LEDGER_PREFIX.len()..];
+            let object = percent_decode_str(encoded)
+                .decode_utf8()
+                .map_err(|e| corrupt(format!("object name is not percent-encoded UTF-8: {e}")))?
+                .into_owned();
+            let value: LedgerValue = serde_json::from_slice(&r.value)
+                .map_err(|e| corrupt(format!("value is not a ledger value: {e}")))?;
+            Ok(LedgerEntry { object, value, version: r.version })
+        })
+        .collect()
+}
+
+/// Read-modify-write of one ledger record with CreateIfAbsent / CompareAndSet; `change`
+/// returns `None` to leave it as is.
+async fn update(
+    meta: &dyn MetaStore,
+    key: &str,
+    change: impl Fn(Option<LedgerValue>) -> Option<LedgerValue>,
+) -> CompactResult<()> {
+    for _ in 0..CAS_ATTEMPTS {
+        let current = meta
+            .get(LEDGER_PARTITION, key)
+            .await
+            .map_err(CompactError::meta(NO_LOG, "reading the ledger"))?;
+        let (old, condition) = match &current {
+            None => (None, PutCondition::IfAbsent),
+            Some(r) => {
+                let old: LedgerValue =
+                    serde_json::from_slice(&r.value).map_err(|e| CompactError::Corrupt {
+                        log_id: NO_LOG,
+                        what: key.to_string(),
+                        detail: format!("value is not a ledger value: {e}"),
+                    })?;
+                (Some(old), PutCondition::IfVersion(r.version))
+            }
+        };
+        let Some(new) = change(old) else { return Ok(()) };
+        match meta.put(LEDGER_PARTITION, key, encode(&new), condition).await {
+            Ok(_) => return Ok(()),
+            Err(MetaError::KeyExists { .. } | MetaError::VersionMismatch { .. }) => continue,
+            Err(e) => return Err(CompactError::meta(NO_LOG, "writing the ledger")(e)),
+        }
+    }
+    Err(CompactError::Meta {
+        log_id: NO_LOG,
+        operation: "writing the ledger",
+        source: MetaError::Unavailable(format!("{key} kept changing during {CAS_ATTEMPTS} attempts")),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use lakestream_meta::InMemoryStore;
+
+    use super::*;
+
+    #[test]
+    fn keys_are_one_level_and_reversible() {
+        let key = ledger_key("2026/11/30/08/00/00/abc%def");
+        assert_eq!(key, "/lakestream-wal-retired/2026%2F11%2F30%2F08%2F00%2F00%2Fabc%25def");
+        assert_eq!(key.matches('/').count(), 2);
+    }
+
+    #[tokio::test]
+    async fn retirement_then_unreferenced_then_remove() {
+        let meta = InMemoryStore::new();
+        let name = "2026/11/30/08/00/00/u1";
+        record_retirements(&meta, [name, name], 100).await.unwrap();
+        let entries = list(&meta).await.unwrap();
+        assert_eq!(entries.len(), 1);
+        assert_eq!(entries[0].object, name);
+        assert_eq!(entries[0].value, LedgerValue { retired_ms: 100, unreferenced_since_ms: None });
+        mark_unreferenced(&meta, name, 200).await.unwrap();
+        mark_unreferenced(&meta, name, 300).await.unwrap(); // the first observation is kept
+        assert_eq!(list(&meta).await.unwrap()[0].value.unreferenced_since_ms, Some(200));
+        // A new retirement means a record named it until now: the observation is reset.
+        record_retirements(&meta, [name], 400).await.unwrap();
+        assert_eq!(
+            list(&meta).await.unwrap()[0].value,
+            LedgerValue { retired_ms: 400, unreferenced_since_ms: None }
+        );
+        remove(&meta, name).await.unwrap();
+        assert!(list(&meta).await.unwrap().is_empty());
+    }
+
+    #[tokio::test]
+    async fn a_log_deletion_announces_the_wal_objects_of_its_raw_records() {
+        use lakestream_format::entry_index::{EntryIndex, RawParts};
+        let meta = InMemoryStore::new();
+        for (end, name) in [(1u64, "2026/11/30/08/00/00/a"), (2, "2026/11/30/08/00/01/b")] {
+            let value = EntryIndex::raw_from_parts(&RawParts {
+                location: name,
+                record_counts: &[1],
+                entry_size_bytes: 1,
+                payload_region_len: 1,
+                single_section: true,
+            })
+            .unwrap()
+            .encode();
+            let key = lakestream_format::keys::index_key(LogId(4), end, end);
+            meta.put("4", &key, Bytes::from(value), PutCondition::None).await.unwrap();
+        }
+        assert_eq!(announce_log_deletion(&meta, LogId(4), 50).await.unwrap(), 2);
+        let objects: Vec<String> = list(&meta).await.unwrap().into_iter().map(|e| e.object).collect();
+        assert_eq!(objects, vec!["2026/11/30/08/00/00/a", "2026/11/30/08/00/01/b"]);
+    }
+
+    #[tokio::test]
+    async fn a_corrupt_ledger_value_is_named() {
+        let meta = InMemoryStore::new();
+        meta.put(LEDGER_PARTITION, &ledger_key("x"), Bytes::from_static(b"{"), PutCondition::None)
+            .await
+            .unwrap();
+        let err = list(&meta).await.unwrap_err();
+        assert!(matches!(err, CompactError::Corrupt { .. }), "{err}");
+        assert!(err.to_string().contains("lakestream-wal-retired"));
+    }
+}

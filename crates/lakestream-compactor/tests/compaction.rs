@@ -1,0 +1,707 @@
+//! The compactor over the in-memory stores with the real writer and reader: the spec's
+//! Compaction (C1–C5), hard trim and reclamation rules, one test per rule.
+
+mod common;
+
+use std::sync::Mutex;
+
+use bytes::Bytes;
+use common::{Stack, append_n, log_ref, object_names, read_all, test_config};
+use lakestream_compactor::plan::NextRange;
+use lakestream_compactor::{CompactError, CompactorConfig, InstallOutcome, Progress, ledger, no_progress};
+use lakestream_format::companion::{ReadOptions, read_companion};
+use lakestream_format::entry_index::{self, IndexValue};
+use lakestream_format::keys;
+use lakestream_format::{FileType, LogId};
+use lakestream_meta::PutCondition;
+use lakestream_meta::lease;
+use lakestream_objstore::ObjectPath;
+
+const AGE: i64 = 180_000;
+
+async fn index_values(s: &Stack, log: LogId) -> Vec<(keys::IndexKey, IndexValue, i64)> {
+    let p = keys::partition(log);
+    let records = s.meta.scan(&p, &keys::first_key(log), &keys::last_key(log), None).await.unwrap();
+    records
+        .into_iter()
+        .map(|r| {
+            (keys::IndexKey::parse(&r.key).unwrap(), entry_index::decode(&r.value).unwrap(), r.created_ms)
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn compaction_preserves_bytes_offsets_timestamps_and_the_last_key() {
+    let s = Stack::new();
+    let w = s.writer(1);
+    let log = log_ref(7);
+    let mut acked = append_n(&w, log.log_id, 5, 1, "a").await;
+    s.clock.advance_ms(1500);
+    acked.extend(append_n(&w, log.log_id, 4, 3, "b").await);
+    let before = index_values(&s, log.log_id).await;
+    let (last_key, _, last_created) = before.last().cloned().unwrap();
+    s.clock.advance_ms(AGE);
+    let c = s.compactor(test_config(), 11);
+    let report = c.compact_once(std::slice::from_ref(&log), &no_progress).await;
+    assert_eq!(report.failed, vec![]);
+    assert_eq!(report.ranges.len(), 1);
+    assert_eq!((report.ranges[0].start, report.ranges[0].end), (0, 17));
+    // One PARQUET record under the last RAW record's key, keeping its creation timestamp.
+    let after = index_values(&s, log.log_id).await;
+    assert_eq!(after.len(), 1);
+    let (key, value, created) = &after[0];
+    assert_eq!((*key, *created), (last_key, last_created), "C3 keeps the key and its creation timestamp");
+    let IndexValue::Parquet(pq) = value else { panic!("{value:?}") };
+    assert_eq!(pq.message_count, 17);
+    assert_eq!(pq.file_index.last_offset(), 16, "the last file ends at e - 1");
+    // Readers get the same entries, offsets and timestamps from the Parquet files.
+    assert_eq!(read_all(&s.reader(), &log, 0).await, acked);
+    // C5: the cursor is e, in P(L), ASCII decimal (not Ursa's e + 1).
+    let cursor = s.meta.get("7", &keys::compaction_cursor_key(LogId(7))).await.unwrap().unwrap();
+    assert_eq!(&cursor.value[..], b"17");
+    // The next append continues after the greatest key.
+    let ack = w.append(log.log_id, Bytes::from_static(b"next"), 1).await.unwrap();
+    assert_eq!(ack.offset, 17);
+    w.close().await;
+}
+
+#[tokio::test]
+async fn companion_rows_carry_each_entry_header_as_read_from_its_raw_record() {
+    // [Compactor] The entryHeader of each row MUST equal the header of the entry as read from
+    // its RAW record: offset, record count, timestamp, payload size, cumulative size.
+    let s = Stack::new();
+    let w = s.writer(2);
+    let log = log_ref(8);
+    let acked = append_n(&w, log.log_id, 6, 2, "h").await;
+    s.clock.advance_ms(AGE);
+    let c = s.compactor(test_config(), 12);
+    c.compact_log(&log, &no_progress).await.unwrap();
+    let files = object_names(&s.compacted).await;
+    let companion = files.iter().find(|f| f.ends_with(".index")).unwrap();
+    assert!(companion.starts_with("ns/stream-8/ls-8-"), "in the stream's directory: {companion}");
+    let bytes = s.compacted.get(&ObjectPath::new(companion.clone()).unwrap()).await.unwrap();
+    let rows = read_companion(&bytes, ReadOptions::default()).unwrap();
+    let mut cumulative = 0u64;
+    assert_eq!(rows.rows().len(), acked.len());
+    for (row, entry) in rows.rows().iter().zip(&acked) {
+        cumulative += entry.payload.len() as u64;
+        assert_eq!(
+            (row.offset, row.record_count, row.timestamp_ms, row.entry_size as usize, row.cumulative_size),
+            (entry.offset, entry.record_count, entry.timestamp_ms, entry.payload.len(), cumulative)
+        );
+    }
+    w.close().await;
+}
+
+#[tokio::test]
+async fn a_range_closes_only_when_old_enough_or_full() {
+    let s = Stack::new();
+    let w = s.writer(3);
+    let log = log_ref(9);
+    append_n(&w, log.log_id, 3, 1, "young").await;
+    let c = s.compactor(test_config(), 13);
+    let (_, planning) = c.plan(log.log_id).await.unwrap();
+    assert!(matches!(planning.next, NextRange::Open { .. }), "{planning:?}");
+    assert!(c.compact_log(&log, &no_progress).await.unwrap().is_empty());
+    s.clock.advance_ms(AGE - 1);
+    assert!(c.compact_log(&log, &no_progress).await.unwrap().is_empty());
+    s.clock.advance_ms(1);
+    assert_eq!(c.compact_log(&log, &no_progress).await.unwrap().len(), 1);
+    // A full range closes at once, whatever its age.
+    let small = CompactorConfig { max_range_bytes: 30, ..test_config() };
+    let c = s.compactor(small, 14);
+    append_n(&w, log.log_id, 4, 1, "full-range-entry").await;
+    let ranges = c.compact_log(&log, &no_progress).await.unwrap();
+    assert!(!ranges.is_empty() && ranges.iter().all(|r| r.payload_bytes <= 30 + 25), "{ranges:?}");
+    w.close().await;
+}
+
+#[tokio::test]
+async fn a_new_file_starts_past_max_file_bytes() {
+    let s = Stack::new();
+    let w = s.writer(4);
+    let log = log_ref(10);
+    let acked = append_n(&w, log.log_id, 10, 1, "split").await;
+    s.clock.advance_ms(AGE);
+    let c = s.compactor(CompactorConfig { max_file_bytes: 40, ..test_config() }, 15);
+    let ranges = c.compact_log(&log, &no_progress).await.unwrap();
+    assert!(ranges[0].files >= 3, "{ranges:?}");
+    let (_, value, _) = index_values(&s, log.log_id).await.pop().unwrap();
+    let IndexValue::Parquet(pq) = value else { panic!() };
+    let lasts: Vec<u64> = pq.file_index.entries().iter().map(|f| f.last_offset).collect();
+    assert!(lasts.windows(2).all(|w| w[0] < w[1]) && *lasts.last().unwrap() == 9, "{lasts:?}");
+    assert_eq!(read_all(&s.reader(), &log, 0).await, acked);
+    w.close().await;
+}
+
+#[tokio::test]
+async fn entries_ending_at_or_below_b_may_be_left_out_but_the_file_index_ends_at_e_minus_1() {
+    // [Compactor] MUST hold one row for every entry of the range that ends above B; MAY leave
+    // out those that end at or below B; the last file's last_offset MUST be e − 1.
+    let s = Stack::new();
+    let w = s.writer(5);
+    let log = log_ref(11);
+    let acked = append_n(&w, log.log_id, 6, 2, "t").await; // entries at 0,2,4,6,8,10
+    // Records [0,2) [2,4) … ; B = 5 falls inside the entry [4,6).
+    w.soft_trim(log.log_id, 4).await.unwrap();
+    assert_eq!(s.reader().trim_marker(log.log_id).await.unwrap(), 5);
+    s.clock.advance_ms(AGE);
+    let c = s.compactor(test_config(), 16);
+    let ranges = c.compact_log(&log, &no_progress).await.unwrap();
+    // Records ending at or below B ([0,2), [2,4)) are left for hard trim; the range starts at 4.
+    assert_eq!((ranges[0].start, ranges[0].end, ranges[0].rows), (4, 12, 4));
+    let (_, value, _) = index_values(&s, log.log_id).await.pop().unwrap();
+    let IndexValue::Parquet(pq) = value else { panic!() };
+    assert_eq!(pq.file_index.last_offset(), 11);
+    assert_eq!(
+        read_all(&s.reader(), &log, 0).await,
+        acked[2..].to_vec(),
+        "readable from B, entry holding B first"
+    );
+    w.close().await;
+}
+
+#[tokio::test]
+async fn entries_below_b_left_out_of_a_straddling_record_keep_exact_cumulative_sizes() {
+    // One RAW record of three entries; B inside it: the rows written are the entries from
+    // the one holding B, with cumulative sizes counted back from the record's key.
+    let s = Stack::new();
+    let w = s.writer(6);
+    let log = log_ref(12);
+    let payloads = ["a", "bb", "ccc"];
+    let futures: Vec<_> =
+        payloads.iter().map(|p| w.append(log.log_id, Bytes::from_static(p.as_bytes()), 1)).collect();
+    let acks = futures::future::join_all(futures).await;
+    assert!(acks.iter().all(Result::is_ok));
+    w.append(log.log_id, Bytes::from_static(b"dddd"), 1).await.unwrap();
+    let records = index_values(&s, log.log_id).await;
+    w.soft_trim(log.log_id, 1).await.unwrap(); // B = 2
+    s.clock.advance_ms(AGE);
+    let c = s.compactor(test_config(), 17);
+    c.compact_log(&log, &no_progress).await.unwrap();
+    let files = object_names(&s.compacted).await;
+    let companion = files.iter().find(|f| f.ends_with(".index")).unwrap();
+    let bytes = s.compacted.get(&ObjectPath::new(companion.clone()).unwrap()).await.unwrap();
+    let rows = read_companion(&bytes, ReadOptions::default()).unwrap();
+    let got: Vec<(u64, u64)> = rows.rows().iter().map(|r| (r.offset, r.cumulative_size)).collect();
+    if records.len() == 2 {
+        // The three concurrent appends shared one WAL object and one RAW record.
+        assert_eq!(got, vec![(2, 6), (3, 10)]);
+    } else {
+        assert_eq!(got.last(), Some(&(3, 10)));
+    }
+    w.close().await;
+}
+
+#[tokio::test]
+async fn a_crash_between_c3_and_c4_is_finished_by_the_next_compactor() {
+    // [Compactor] If a compaction fails after step C3 has taken effect, the compactor MUST
+    // repeat C3 and C4 … until C4 has completed.
+    let s = Stack::new();
+    let w = s.writer(7);
+    let log = log_ref(13);
+    let acked = append_n(&w, log.log_id, 5, 1, "crash").await;
+    s.clock.advance_ms(AGE);
+    let c = s.compactor(test_config(), 18);
+    let claim = c.claim(log.log_id).await.unwrap();
+    let (_, planning) = c.plan(log.log_id).await.unwrap();
+    let NextRange::Ready(plan) = planning.next else { panic!() };
+    let prepared = c.prepare(&log, &plan).await.unwrap().unwrap();
+    let lease = c.acquire_lease(&claim).await.unwrap();
+    assert_eq!(c.install(&prepared, &lease).await.unwrap(), InstallOutcome::Installed);
+    // Crash: the session goes, with its claim and lease.
+    assert!(s.mem.expire_session(&c.session_id().await.unwrap()));
+    assert_eq!(index_values(&s, log.log_id).await.len(), 5, "RAW records overlap the PARQUET record");
+    assert_eq!(read_all(&s.reader(), &log, 0).await, acked, "NoReaderError inside the C3–C4 window");
+    let c2 = s.compactor(test_config(), 19);
+    let mut events = Vec::new();
+    let seen = Mutex::new(&mut events);
+    let record = |p: &Progress| seen.lock().unwrap().push(p.clone());
+    c2.compact_log(&log, &record).await.unwrap();
+    assert!(
+        events.iter().any(|e| matches!(e, Progress::RetireRepaired { start: 0, end: 5, .. })),
+        "{events:?}"
+    );
+    let after = index_values(&s, log.log_id).await;
+    assert_eq!(after.len(), 1);
+    assert_eq!(after[0].1.file_type(), FileType::Parquet);
+    assert_eq!(read_all(&s.reader(), &log, 0).await, acked);
+    w.close().await;
+}
+
+#[tokio::test]
+async fn c3_and_c4_repeated_with_the_same_value_give_the_same_state() {
+    // Idempotent retry (addendum §13.2).
+    let s = Stack::new();
+    let w = s.writer(8);
+    let log = log_ref(14);
+    append_n(&w, log.log_id, 4, 1, "idem").await;
+    s.clock.advance_ms(AGE);
+    let c = s.compactor(test_config(), 20);
+    let claim = c.claim(log.log_id).await.unwrap();
+    let (_, planning) = c.plan(log.log_id).await.unwrap();
+    let NextRange::Ready(plan) = planning.next else { panic!() };
+    let prepared = c.prepare(&log, &plan).await.unwrap().unwrap();
+    assert_eq!(c.finish(&claim, &prepared).await.unwrap(), InstallOutcome::Installed);
+    let once = index_values(&s, log.log_id).await;
+    assert_eq!(c.finish(&claim, &prepared).await.unwrap(), InstallOutcome::AlreadyInstalled);
+    assert_eq!(index_values(&s, log.log_id).await, once);
+    claim.release(s.meta.as_ref()).await;
+    w.close().await;
+}
+
+#[tokio::test]
+async fn a_parquet_record_of_an_earlier_compaction_is_never_replaced() {
+    // [Compactor] A compaction MUST NOT replace or delete a PARQUET record that an earlier
+    // compaction installed.
+    let s = Stack::new();
+    let w = s.writer(9);
+    let log = log_ref(15);
+    append_n(&w, log.log_id, 3, 1, "first").await;
+    s.clock.advance_ms(AGE);
+    let c = s.compactor(test_config(), 21);
+    let claim = c.claim(log.log_id).await.unwrap();
+    let (_, planning) = c.plan(log.log_id).await.unwrap();
+    let NextRange::Ready(plan) = planning.next else { panic!() };
+    let stale = c.prepare(&log, &plan).await.unwrap().unwrap();
+    let winner = c.prepare(&log, &plan).await.unwrap().unwrap(); // other files, other value
+    assert_ne!(stale.value, winner.value);
+    c.finish(&claim, &winner).await.unwrap();
+    let installed = index_values(&s, log.log_id).await;
+    let err = c.finish(&claim, &stale).await.unwrap_err();
+    assert!(matches!(err, CompactError::AlreadyCompacted { .. }), "{err}");
+    assert_eq!(index_values(&s, log.log_id).await, installed);
+    claim.release(s.meta.as_ref()).await;
+    w.close().await;
+}
+
+#[tokio::test]
+async fn c3_is_skipped_when_a_hard_trim_removed_the_key() {
+    // C3: "if the key no longer exists, it MUST skip this step"; C4 still runs.
+    let s = Stack::new();
+    let w = s.writer(10);
+    let log = log_ref(16);
+    append_n(&w, log.log_id, 4, 1, "gone").await;
+    s.clock.advance_ms(AGE);
+    let c = s.compactor(test_config(), 22);
+    let claim = c.claim(log.log_id).await.unwrap();
+    let (_, planning) = c.plan(log.log_id).await.unwrap();
+    let NextRange::Ready(mut plan) = planning.next else { panic!() };
+    // Compact only [0, 3) so that the log keeps a last record.
+    plan.records.truncate(3);
+    plan.end = 3;
+    plan.cumulative_end = plan.records[2].cumulative_end;
+    let prepared = c.prepare(&log, &plan).await.unwrap().unwrap();
+    w.soft_trim(log.log_id, 2).await.unwrap(); // B = 3
+    s.meta
+        .delete_range("16", &keys::first_key(log.log_id), &keys::covering_lookup_key(log.log_id, 3))
+        .await
+        .unwrap();
+    assert_eq!(c.finish(&claim, &prepared).await.unwrap(), InstallOutcome::KeyAbsent);
+    assert_eq!(index_values(&s, log.log_id).await.len(), 1, "no key was re-created");
+    claim.release(s.meta.as_ref()).await;
+    w.close().await;
+}
+
+#[tokio::test]
+async fn one_compactor_per_log_at_a_time_through_the_metadata_store() {
+    // [Compactor] Compaction index updates of one log MUST NOT run concurrently.
+    let s = Stack::new();
+    let a = s.compactor(test_config(), 23);
+    let b = s.compactor(test_config(), 24);
+    let claim = a.claim(LogId(17)).await.unwrap();
+    assert!(matches!(b.claim(LogId(17)).await.unwrap_err(), CompactError::Busy { .. }));
+    let report = b.compact_once(&[log_ref(17)], &no_progress).await;
+    assert_eq!(report.busy, vec![LogId(17)]);
+    claim.release(s.meta.as_ref()).await;
+    b.claim(LogId(17)).await.unwrap();
+    // A crashed holder's claim vanishes with its session.
+    assert!(s.mem.expire_session(&b.session_id().await.unwrap()));
+    a.claim(LogId(17)).await.unwrap();
+}
+
+#[tokio::test]
+async fn c3_to_c5_stop_once_the_session_ends() {
+    // [Compactor] SHOULD stop the compaction index update once it learns that the session
+    // behind its write lease has ended.
+    let s = Stack::new();
+    let w = s.writer(11);
+    let log = log_ref(18);
+    append_n(&w, log.log_id, 3, 1, "s").await;
+    s.clock.advance_ms(AGE);
+    let c = s.compactor(test_config(), 25);
+    let claim = c.claim(log.log_id).await.unwrap();
+    let (_, planning) = c.plan(log.log_id).await.unwrap();
+    let NextRange::Ready(plan) = planning.next else { panic!() };
+    let prepared = c.prepare(&log, &plan).await.unwrap().unwrap();
+    let lease = c.acquire_lease(&claim).await.unwrap();
+    assert!(s.mem.expire_session(&c.session_id().await.unwrap()));
+    let err = c.install(&prepared, &lease).await.unwrap_err();
+    assert!(matches!(err, CompactError::SessionEnded { .. }), "{err}");
+    let err = c.finish(&claim, &prepared).await.unwrap_err();
+    assert!(matches!(err, CompactError::SessionEnded { .. }), "{err}");
+    assert!(index_values(&s, log.log_id).await.iter().all(|(_, v, _)| v.file_type() == FileType::Raw));
+    w.close().await;
+}
+
+#[tokio::test]
+async fn a_fenced_log_stops_the_compaction() {
+    // [Compactor] repeat C3/C4 "until it can no longer acquire a write lease on L because L
+    // has been fenced for deletion".
+    let s = Stack::new();
+    let w = s.writer(12);
+    let log = log_ref(19);
+    append_n(&w, log.log_id, 3, 1, "f").await;
+    w.close().await;
+    s.clock.advance_ms(AGE);
+    let c = s.compactor(test_config(), 26);
+    let claim = c.claim(log.log_id).await.unwrap();
+    let (_, planning) = c.plan(log.log_id).await.unwrap();
+    let NextRange::Ready(plan) = planning.next else { panic!() };
+    let prepared = c.prepare(&log, &plan).await.unwrap().unwrap();
+    lease::fence(s.meta.as_ref(), log.log_id).await.unwrap();
+    let err = c.finish(&claim, &prepared).await.unwrap_err();
+    assert!(err.is_fenced(), "{err}");
+    assert!(c.pending().is_empty(), "a fenced log's compaction is not retried");
+}
+
+#[tokio::test]
+async fn c3_never_puts_after_the_deadline() {
+    let s = Stack::new();
+    let w = s.writer(13);
+    let log = log_ref(20);
+    append_n(&w, log.log_id, 3, 1, "late").await;
+    s.clock.advance_ms(AGE);
+    let c = s.compactor(test_config(), 27);
+    let claim = c.claim(log.log_id).await.unwrap();
+    let (_, planning) = c.plan(log.log_id).await.unwrap();
+    let NextRange::Ready(plan) = planning.next else { panic!() };
+    let prepared = c.prepare(&log, &plan).await.unwrap().unwrap();
+    s.clock.advance_ms(15 * 60_000 + 1);
+    let err = c.finish(&claim, &prepared).await.unwrap_err();
+    assert!(matches!(err, CompactError::DeadlinePassed { .. }), "{err}");
+    assert!(index_values(&s, log.log_id).await.iter().all(|(_, v, _)| v.file_type() == FileType::Raw));
+    claim.release(s.meta.as_ref()).await;
+    w.close().await;
+}
+
+#[tokio::test]
+async fn hard_trim_stays_at_or_below_b_keeps_the_last_record_and_deletes_files_first() {
+    // [Compactor] A hard trim MUST use an X at or below B, and MUST NOT remove the log's last
+    // index record; SHOULD delete compacted files before the records that name them.
+    let s = Stack::new();
+    let w = s.writer(14);
+    let log = log_ref(21);
+    append_n(&w, log.log_id, 4, 1, "old").await;
+    s.clock.advance_ms(AGE);
+    let c = s.compactor(test_config(), 28);
+    c.compact_log(&log, &no_progress).await.unwrap(); // PARQUET [0,4)
+    let tail = append_n(&w, log.log_id, 3, 1, "new").await; // RAW [4,5) [5,6) [6,7)
+    let files_before = object_names(&s.compacted).await;
+    assert_eq!(files_before.len(), 2);
+    // Nothing above B is touched: with B = 0 a hard trim to 100 removes nothing.
+    let report = c.hard_trim(&log, 100, &no_progress).await.unwrap();
+    assert_eq!(report.records_removed, 0);
+    w.soft_trim(log.log_id, 5).await.unwrap(); // B = 6
+    let report = c.hard_trim(&log, 100, &no_progress).await.unwrap();
+    assert_eq!(report.trimmed_to, Some(6));
+    assert_eq!(report.records_removed, 3, "PARQUET [0,4), RAW [4,5), RAW [5,6)");
+    let mut deleted = report.compacted_deleted.clone();
+    deleted.sort();
+    let mut expected = files_before.clone();
+    expected.sort();
+    assert_eq!(deleted, expected);
+    assert!(object_names(&s.compacted).await.is_empty());
+    assert_eq!(report.wal_retired.len(), 2, "the WAL objects of the two RAW records are in the ledger");
+    let keys_left: Vec<u64> =
+        index_values(&s, log.log_id).await.iter().map(|(k, _, _)| k.end_offset).collect();
+    assert_eq!(keys_left, vec![7]);
+    assert_eq!(read_all(&s.reader(), &log, 0).await, tail[2..].to_vec());
+    // Trimming again cannot remove the last record even with B at its start.
+    w.soft_trim(log.log_id, 100).await.unwrap();
+    assert_eq!(c.hard_trim(&log, 100, &no_progress).await.unwrap().records_removed, 0);
+    assert_eq!(s.reader().next_offset(log.log_id).await.unwrap(), 7);
+    w.close().await;
+}
+
+#[tokio::test]
+async fn wal_objects_are_deleted_only_a_grace_period_after_their_last_record_went() {
+    // [All] After the last index record that names a WAL object has been removed, an
+    // implementation MUST keep the object for a grace period before it deletes it.
+    let s = Stack::new();
+    let w = s.writer(15);
+    let log = log_ref(22);
+    let acked = append_n(&w, log.log_id, 3, 1, "g").await;
+    let wal_before = object_names(&s.wal).await;
+    assert_eq!(wal_before.len(), 3);
+    let c = s.compactor(CompactorConfig { orphan_scan: false, ..test_config() }, 29);
+    // Named objects are never deleted, however old.
+    s.clock.advance_ms(10 * 3_600_000);
+    let report = c.gc_once(&no_progress).await.unwrap();
+    assert!(report.wal_deleted.is_empty());
+    c.compact_log(&log, &no_progress).await.unwrap();
+    assert_eq!(ledger::list(s.meta.as_ref()).await.unwrap().len(), 3, "retirements announced before C3/C4");
+    let report = c.gc_once(&no_progress).await.unwrap();
+    assert_eq!((report.marked_unreferenced, report.wal_deleted.len()), (3, 0));
+    s.clock.advance_ms(3_600_000 - 1);
+    let report = c.gc_once(&no_progress).await.unwrap();
+    assert_eq!((report.waiting, report.wal_deleted.len()), (3, 0), "one ms short of the grace period");
+    s.clock.advance_ms(1);
+    let mut deleted = c.gc_once(&no_progress).await.unwrap().wal_deleted;
+    deleted.sort();
+    assert_eq!(deleted, wal_before);
+    assert!(object_names(&s.wal).await.is_empty());
+    assert!(ledger::list(s.meta.as_ref()).await.unwrap().is_empty());
+    assert_eq!(read_all(&s.reader(), &log, 0).await, acked, "the data lives on in Parquet");
+    w.close().await;
+}
+
+#[tokio::test]
+async fn a_wal_object_shared_by_two_logs_waits_for_both() {
+    let s = Stack::new();
+    let w = s.writer(16);
+    let (a, b) = (LogId(23), LogId(24));
+    let acks = futures::future::join(
+        w.append(a, Bytes::from_static(b"a"), 1),
+        w.append(b, Bytes::from_static(b"b"), 1),
+    )
+    .await;
+    acks.0.unwrap();
+    acks.1.unwrap();
+    let objects = object_names(&s.wal).await;
+    let c = s.compactor(CompactorConfig { orphan_scan: false, ..test_config() }, 30);
+    s.clock.advance_ms(AGE);
+    c.compact_log(&log_ref(23), &no_progress).await.unwrap();
+    s.clock.advance_ms(10 * 3_600_000);
+    for _ in 0..3 {
+        c.gc_once(&no_progress).await.unwrap();
+        s.clock.advance_ms(2 * 3_600_000);
+    }
+    let still = object_names(&s.wal).await;
+    if objects.len() == 1 {
+        assert_eq!(still, objects, "log 24 still names the shared object");
+    }
+    assert_eq!(read_all(&s.reader(), &log_ref(24), 0).await.len(), 1);
+    w.close().await;
+}
+
+#[tokio::test]
+async fn orphans_are_reclaimed_after_their_grace_period_and_young_files_are_kept() {
+    let s = Stack::new();
+    let w = s.writer(17);
+    let log = log_ref(25);
+    append_n(&w, log.log_id, 2, 1, "kept").await;
+    // An orphaned WAL object: written, never indexed (a failed index put).
+    let orphan = lakestream_writer_name(s.clock_ms());
+    s.wal
+        .put(&ObjectPath::new(orphan.clone()).unwrap(), Bytes::from_static(&[0, 0, 0, 4, 0, 0, 0, 3]))
+        .await
+        .unwrap();
+    // A failed compaction's files (C2 done, no C3): prepare but never install.
+    s.clock.advance_ms(AGE);
+    let c = s.compactor(test_config(), 31);
+    let (_, planning) = c.plan(log.log_id).await.unwrap();
+    let NextRange::Ready(plan) = planning.next else { panic!() };
+    c.prepare(&log, &plan).await.unwrap().unwrap();
+    let orphan_files = object_names(&s.compacted).await;
+    assert_eq!(orphan_files.len(), 2);
+    // Young orphans stay.
+    let report = c.gc_once(&no_progress).await.unwrap();
+    assert!(report.compacted_deleted.is_empty() && report.marked_unreferenced == 0, "{report:?}");
+    // A real compaction's files stay, orphans go after the grace period.
+    c.compact_log(&log, &no_progress).await.unwrap();
+    s.clock.advance_ms(3_600_000);
+    let report = c.gc_once(&no_progress).await.unwrap();
+    let mut deleted = report.compacted_deleted.clone();
+    deleted.sort();
+    assert_eq!(deleted, orphan_files);
+    assert_eq!(object_names(&s.compacted).await.len(), 2, "the installed files are named and kept");
+    assert!(report.marked_unreferenced >= 1, "the orphaned WAL object starts its grace period");
+    assert!(object_names(&s.wal).await.contains(&orphan));
+    s.clock.advance_ms(3_600_000);
+    let report = c.gc_once(&no_progress).await.unwrap();
+    assert!(report.wal_deleted.contains(&orphan), "{report:?}");
+    assert_eq!(read_all(&s.reader(), &log, 0).await.len(), 2);
+    w.close().await;
+}
+
+/// A WAL name as our writer forms it, for an object written at `ms`.
+fn lakestream_writer_name(ms: i64) -> String {
+    let secs = ms / 1000;
+    let (days, sod) = (secs / 86_400, secs % 86_400);
+    let (y, m, d) = civil(days);
+    format!("{y:04}/{m:02}/{d:02}/{:02}/{:02}/{:02}/orphan-0001", sod / 3600, sod % 3600 / 60, sod % 60)
+}
+
+fn civil(days: i64) -> (i64, i64, i64) {
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    (yoe + era * 400 + i64::from(m <= 2), m, d)
+}
+
+trait ClockMs {
+    fn clock_ms(&self) -> i64;
+}
+
+impl ClockMs for Stack {
+    fn clock_ms(&self) -> i64 {
+        use lakestream_format::Clock;
+        self.clock.now_ms()
+    }
+}
+
+#[tokio::test]
+async fn a_corrupt_index_record_is_reported_not_compacted() {
+    let s = Stack::new();
+    let log = log_ref(26);
+    s.meta
+        .put("26", &keys::index_key(log.log_id, 3, 3), Bytes::from_static(b"\x08\x63"), PutCondition::None)
+        .await
+        .unwrap();
+    let c = s.compactor(test_config(), 32);
+    let report = c.compact_once(std::slice::from_ref(&log), &no_progress).await;
+    assert_eq!(report.failed.len(), 1);
+    assert!(report.failed[0].1.contains("corrupt"), "{:?}", report.failed);
+}
+
+#[tokio::test]
+async fn a_hard_trim_between_the_get_and_the_put_of_c3_leaves_a_record_below_b() {
+    // Spec "Offset index keys": a hard trim that runs between the Get and the Put of step C3
+    // lets the Put re-create the key; the record and the gap both lie below B.
+    let s = Stack::new();
+    let w = s.writer(18);
+    let log = log_ref(27);
+    let acked = append_n(&w, log.log_id, 4, 1, "race").await;
+    s.clock.advance_ms(AGE);
+    let c = s.compactor(test_config(), 33);
+    let claim = c.claim(log.log_id).await.unwrap();
+    let (_, planning) = c.plan(log.log_id).await.unwrap();
+    let NextRange::Ready(mut plan) = planning.next else { panic!() };
+    plan.records.truncate(3);
+    plan.end = 3;
+    plan.cumulative_end = plan.records[2].cumulative_end;
+    let prepared = c.prepare(&log, &plan).await.unwrap().unwrap();
+    w.soft_trim(log.log_id, 2).await.unwrap(); // B = 3
+    s.hooks.arm(common::DeleteAfterGet {
+        trigger_key: prepared.key(),
+        partition: "27".into(),
+        start: keys::first_key(log.log_id),
+        end: keys::covering_lookup_key(log.log_id, 3),
+    });
+    assert_eq!(c.finish(&claim, &prepared).await.unwrap(), InstallOutcome::Installed);
+    assert!(s.hooks.fired());
+    let ends: Vec<(u64, FileType)> =
+        index_values(&s, log.log_id).await.iter().map(|(k, v, _)| (k.end_offset, v.file_type())).collect();
+    assert_eq!(ends, vec![(3, FileType::Parquet), (4, FileType::Raw)], "re-created below B");
+    assert_eq!(read_all(&s.reader(), &log, 0).await, acked[3..].to_vec());
+    claim.release(s.meta.as_ref()).await;
+    w.close().await;
+}
+
+#[tokio::test]
+async fn a_late_c3_re_checks_c1_and_never_covers_an_earlier_parquet_record() {
+    // C1 holds when a compaction starts; a compaction whose C3 had not taken effect before its
+    // session ended must not install later over a PARQUET record another compaction put in
+    // its range, or its C4 would delete that record (spec: MUST NOT replace or delete a
+    // PARQUET record that an earlier compaction installed).
+    let s = Stack::new();
+    let w = s.writer(19);
+    let log = log_ref(28);
+    let acked = append_n(&w, log.log_id, 4, 1, "late").await;
+    s.clock.advance_ms(AGE);
+    let c = s.compactor(test_config(), 34);
+    let claim = c.claim(log.log_id).await.unwrap();
+    let (_, planning) = c.plan(log.log_id).await.unwrap();
+    let NextRange::Ready(whole) = planning.next else { panic!() };
+    let late = c.prepare(&log, &whole).await.unwrap().unwrap(); // [0, 4), not installed
+    let mut first = whole.clone();
+    first.records.truncate(2);
+    first.end = 2;
+    first.cumulative_end = first.records[1].cumulative_end;
+    let early = c.prepare(&log, &first).await.unwrap().unwrap(); // [0, 2)
+    c.finish(&claim, &early).await.unwrap();
+    let installed = index_values(&s, log.log_id).await;
+    let err = c.finish(&claim, &late).await.unwrap_err();
+    assert!(matches!(err, CompactError::AlreadyCompacted { .. }), "{err}");
+    assert_eq!(index_values(&s, log.log_id).await, installed);
+    assert_eq!(read_all(&s.reader(), &log, 0).await, acked);
+    claim.release(s.meta.as_ref()).await;
+    w.close().await;
+}
+
+/// Prepares the compaction of the planned range cut to its first `records` records.
+async fn prepare_prefix(
+    c: &lakestream_compactor::Compactor,
+    log: &lakestream_format::LogRef,
+    whole: &lakestream_compactor::plan::RangePlan,
+    skip: usize,
+    records: usize,
+) -> lakestream_compactor::PreparedCompaction {
+    let mut plan = whole.clone();
+    plan.records = whole.records[skip..skip + records].to_vec();
+    plan.start = plan.records[0].start;
+    plan.end = plan.records[records - 1].end;
+    plan.cumulative_start =
+        if skip == 0 { whole.cumulative_start } else { whole.records[skip - 1].cumulative_end };
+    plan.cumulative_end = plan.records[records - 1].cumulative_end;
+    c.prepare(log, &plan).await.unwrap().unwrap()
+}
+
+#[tokio::test]
+async fn a_stale_compaction_whose_key_a_later_compaction_removed_runs_no_c4() {
+    // The key of R_k is absent here because a later compaction retired it, not because of a
+    // hard trim: the stale compaction's C4 would delete the PARQUET record [0, 2).
+    let s = Stack::new();
+    let w = s.writer(20);
+    let log = log_ref(29);
+    let acked = append_n(&w, log.log_id, 6, 1, "stale").await;
+    s.clock.advance_ms(AGE);
+    let c = s.compactor(test_config(), 35);
+    let claim = c.claim(log.log_id).await.unwrap();
+    let (_, planning) = c.plan(log.log_id).await.unwrap();
+    let NextRange::Ready(whole) = planning.next else { panic!() };
+    let stale = prepare_prefix(&c, &log, &whole, 0, 4).await; // [0, 4)
+    c.finish(&claim, &prepare_prefix(&c, &log, &whole, 0, 2).await).await.unwrap(); // [0, 2)
+    c.finish(&claim, &prepare_prefix(&c, &log, &whole, 2, 4).await).await.unwrap(); // [2, 6)
+    let before = index_values(&s, log.log_id).await;
+    assert_eq!(before.iter().map(|(k, _, _)| k.end_offset).collect::<Vec<_>>(), vec![2, 6]);
+    let err = c.finish(&claim, &stale).await.unwrap_err();
+    assert!(matches!(err, CompactError::AlreadyCompacted { .. }), "{err}");
+    assert_eq!(index_values(&s, log.log_id).await, before);
+    assert_eq!(read_all(&s.reader(), &log, 0).await, acked);
+    claim.release(s.meta.as_ref()).await;
+    w.close().await;
+}
+
+#[tokio::test]
+async fn a_stale_compaction_inside_an_installed_range_is_refused() {
+    // A PARQUET record [0, 4) whose C4 has not run yet covers [0, 2): a stale compaction of
+    // [0, 2) must not install there, or the later C4 of [0, 4) would delete it.
+    let s = Stack::new();
+    let w = s.writer(21);
+    let log = log_ref(30);
+    let acked = append_n(&w, log.log_id, 4, 1, "inside").await;
+    s.clock.advance_ms(AGE);
+    let c = s.compactor(test_config(), 36);
+    let claim = c.claim(log.log_id).await.unwrap();
+    let (_, planning) = c.plan(log.log_id).await.unwrap();
+    let NextRange::Ready(whole) = planning.next else { panic!() };
+    let stale = prepare_prefix(&c, &log, &whole, 0, 2).await;
+    let outer = prepare_prefix(&c, &log, &whole, 0, 4).await;
+    let lease = c.acquire_lease(&claim).await.unwrap();
+    assert_eq!(c.install(&outer, &lease).await.unwrap(), InstallOutcome::Installed); // no C4 yet
+    let err = c.install(&stale, &lease).await.unwrap_err();
+    assert!(matches!(err, CompactError::AlreadyCompacted { .. }), "{err}");
+    c.finish(&claim, &outer).await.unwrap();
+    assert_eq!(index_values(&s, log.log_id).await.len(), 1);
+    assert_eq!(read_all(&s.reader(), &log, 0).await, acked);
+    lease.release(s.meta.as_ref()).await.unwrap();
+    claim.release(s.meta.as_ref()).await;
+    w.close().await;
+}

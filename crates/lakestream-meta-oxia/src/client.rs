@@ -1,0 +1,562 @@
+//! [`OxiaClient`]: the connection to an Oxia cluster.
+//!
+//! - **Shard map.** A background task keeps a `GetShardAssignments` stream open to one of the
+//!   bootstrap servers and replaces the map on every message (each is complete). When the
+//!   stream breaks it reconnects, trying the addresses in turn with a growing pause.
+//! - **Routing.** Each call names a shard; [`OxiaClient::shard_for`] picks it from a partition
+//!   key. Calls go to the shard's leader; a leader named in a "not leader" error is used until
+//!   the next assignment arrives.
+//! - **Writes** go through one [`ShardWriter`] per shard, so they commit in issue order. A
+//!   writer whose stream broke, or whose leader moved, is replaced on the next write; writes
+//!   are never retried by the client (a retry could apply a sequenced put twice).
+//! - **Reads and session calls** are retried within the request timeout: after a re-route
+//!   when the shard moved, after a short pause when the server was momentarily unable.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+use tonic::Streaming;
+
+use lakestream_meta::{MetaError, MetaResult};
+
+use crate::config::OxiaConfig;
+use crate::errors::{OxiaError, OxiaErrorKind, RequestPhase, RetryAdvice};
+use crate::merge::merge_sorted;
+use crate::proto::oxia::{
+    CloseSessionRequest, CloseSessionResponse, CreateSessionRequest, CreateSessionResponse, GetResponse,
+    KeepAliveResponse, ListRequest, ListResponse, RangeScanRequest, RangeScanResponse, ReadRequest,
+    ReadResponse, SessionHeartbeat, ShardAssignmentsRequest, WriteRequest, WriteResponse,
+};
+use crate::routing::{ShardId, ShardMap};
+use crate::rpc::{Method, Rpc, channel};
+use crate::write_stream::{ShardWriter, WriteFailure, WriteReply};
+
+/// How many times a read or session call is tried before its error is returned.
+const MAX_ATTEMPTS: u32 = 5;
+/// The first pause before retrying; doubled on each retry.
+const FIRST_BACKOFF: Duration = Duration::from_millis(50);
+/// The longest pause between retries and between assignment-stream reconnects.
+const MAX_BACKOFF: Duration = Duration::from_secs(2);
+
+/// The current shard map and its generation (one per assignments message received).
+#[derive(Debug, Clone)]
+pub(crate) struct MapState {
+    map: Arc<ShardMap>,
+    generation: u64,
+}
+
+/// A connection to an Oxia cluster. Cheap to clone; the background task stops when the last
+/// clone is dropped.
+#[derive(Debug, Clone)]
+pub struct OxiaClient {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    config: OxiaConfig,
+    shard_map: watch::Receiver<Option<MapState>>,
+    /// Connections by server address (lazy channels; tonic reconnects them).
+    connections: Mutex<HashMap<String, Rpc>>,
+    writers: Mutex<HashMap<ShardId, Arc<ShardWriter>>>,
+    /// Leaders named by "not leader" errors, valid for the map generation they were seen in.
+    leader_hints: Mutex<HashMap<ShardId, (u64, String)>>,
+    assignments: JoinHandle<()>,
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        self.assignments.abort();
+    }
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    // The maps stay consistent under a panic elsewhere (each update is one insert/remove).
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+impl OxiaClient {
+    /// Validates `config`, starts following the shard assignments, and waits (up to the
+    /// request timeout) for the first one.
+    pub async fn connect(config: OxiaConfig) -> MetaResult<Self> {
+        config.validate().map_err(|e| MetaError::InvalidRequest(e.to_string()))?;
+        let (map_tx, mut map_rx) = watch::channel(None);
+        let assignments = tokio::spawn(follow_assignments(config.clone(), map_tx));
+        let ready = matches!(
+            tokio::time::timeout(config.request_timeout, map_rx.wait_for(Option::is_some)).await,
+            Ok(Ok(_))
+        );
+        if !ready {
+            assignments.abort();
+            return Err(MetaError::Unavailable(format!(
+                "no shard assignments for namespace `{}` from {:?} within {:?}",
+                config.namespace, config.addresses, config.request_timeout
+            )));
+        }
+        Ok(Self {
+            inner: Arc::new(Inner {
+                config,
+                shard_map: map_rx,
+                connections: Mutex::default(),
+                writers: Mutex::default(),
+                leader_hints: Mutex::default(),
+                assignments,
+            }),
+        })
+    }
+
+    /// A client on a fixed shard map with no assignment stream, for tests that need no
+    /// server: channels are lazy, so nothing connects until a call is made. The sender
+    /// publishes later maps.
+    #[cfg(test)]
+    pub(crate) fn with_fixed_map(map: ShardMap) -> (Self, watch::Sender<Option<MapState>>) {
+        let config = OxiaConfig {
+            request_timeout: Duration::from_secs(2),
+            connect_timeout: Duration::from_millis(500),
+            ..OxiaConfig::new(["127.0.0.1:1"])
+        };
+        let (map_tx, map_rx) = watch::channel(Some(MapState { map: Arc::new(map), generation: 1 }));
+        let client = Self {
+            inner: Arc::new(Inner {
+                config,
+                shard_map: map_rx,
+                connections: Mutex::default(),
+                writers: Mutex::default(),
+                leader_hints: Mutex::default(),
+                assignments: tokio::spawn(async {}),
+            }),
+        };
+        (client, map_tx)
+    }
+
+    /// The settings in use.
+    pub fn config(&self) -> &OxiaConfig {
+        &self.inner.config
+    }
+
+    /// The current shard map.
+    pub fn shard_map(&self) -> Option<Arc<ShardMap>> {
+        self.inner.shard_map.borrow().as_ref().map(|state| Arc::clone(&state.map))
+    }
+
+    /// The shard that owns `partition_key`.
+    pub fn shard_for(&self, partition_key: &str) -> MetaResult<ShardId> {
+        let map =
+            self.shard_map().ok_or_else(|| MetaError::Unavailable("no shard assignments yet".to_owned()))?;
+        map.shard_for_key(partition_key).map(|shard| shard.id).ok_or_else(|| {
+            MetaError::Unavailable(format!(
+                "no shard owns partition `{partition_key}` in the current assignment"
+            ))
+        })
+    }
+
+    /// The leader to call for `shard`: a hint from this map generation, else the map's.
+    fn leader_of(&self, shard: ShardId) -> Result<String, OxiaError> {
+        let state = self.inner.shard_map.borrow().clone();
+        let state =
+            state.ok_or_else(|| OxiaError::new(OxiaErrorKind::Transport, "no shard assignments yet"))?;
+        if let Some((generation, hint)) = lock(&self.inner.leader_hints).get(&shard)
+            && *generation == state.generation
+        {
+            return Ok(hint.clone());
+        }
+        state.map.shard(shard).map(|s| s.leader.clone()).ok_or_else(|| {
+            OxiaError::new(OxiaErrorKind::ShardNotFound, format!("shard {shard} is not assigned"))
+        })
+    }
+
+    fn rpc_for(&self, address: &str) -> Result<Rpc, OxiaError> {
+        let mut connections = lock(&self.inner.connections);
+        if let Some(rpc) = connections.get(address) {
+            return Ok(rpc.clone());
+        }
+        let rpc = Rpc::new(channel(address, &self.inner.config)?, &self.inner.config)?;
+        connections.insert(address.to_owned(), rpc.clone());
+        Ok(rpc)
+    }
+
+    /// Acts on a re-route advice: remembers the hinted leader, or waits (up to `deadline`)
+    /// for the next assignment.
+    async fn reroute(&self, shard: ShardId, leader_hint: Option<String>, deadline: Instant) {
+        let mut map_rx = self.inner.shard_map.clone();
+        let generation = map_rx.borrow_and_update().as_ref().map_or(0, |state| state.generation);
+        match leader_hint {
+            Some(leader) => {
+                tracing::debug!(shard, %leader, "following the leader hint");
+                lock(&self.inner.leader_hints).insert(shard, (generation, leader));
+            }
+            None => {
+                lock(&self.inner.leader_hints).remove(&shard);
+                let _ = tokio::time::timeout_at(deadline, map_rx.changed()).await;
+            }
+        }
+    }
+
+    /// Runs `call` against the leader of `shard`, re-routing and retrying as the error
+    /// advises, within the request timeout. For reads and session calls, never for writes.
+    async fn with_retries<T, F, Fut>(&self, shard: ShardId, method: Method, call: F) -> Result<T, OxiaError>
+    where
+        F: Fn(Rpc) -> Fut,
+        Fut: Future<Output = Result<T, OxiaError>>,
+    {
+        let deadline = Instant::now() + self.inner.config.request_timeout;
+        let mut backoff = FIRST_BACKOFF;
+        let mut attempt = 1;
+        loop {
+            let result = match self.leader_of(shard).and_then(|leader| self.rpc_for(&leader)) {
+                Ok(rpc) => call(rpc).await,
+                Err(error) => Err(error),
+            };
+            let error = match result {
+                Ok(value) => return Ok(value),
+                Err(error) => error,
+            };
+            let advice = error.retry_advice();
+            if advice == RetryAdvice::DoNotRetry || attempt >= MAX_ATTEMPTS || Instant::now() >= deadline {
+                return Err(error);
+            }
+            tracing::debug!(shard, method = method.name(), attempt, %error, "retrying");
+            match advice {
+                RetryAdvice::Reroute { leader_hint } => self.reroute(shard, leader_hint, deadline).await,
+                RetryAdvice::Retry | RetryAdvice::DoNotRetry => {
+                    tokio::time::sleep_until((Instant::now() + backoff).min(deadline)).await;
+                    backoff = (backoff * 2).min(MAX_BACKOFF);
+                }
+            }
+            attempt += 1;
+        }
+    }
+
+    /// The writer of `shard`, replacing one that broke or whose leader moved.
+    fn writer(&self, shard: ShardId) -> Result<Arc<ShardWriter>, OxiaError> {
+        let leader = self.leader_of(shard)?;
+        let mut writers = lock(&self.inner.writers);
+        if let Some(writer) = writers.get(&shard)
+            && !writer.is_closed()
+            && writer.leader() == leader
+        {
+            return Ok(Arc::clone(writer));
+        }
+        let rpc = self.rpc_for(&leader)?;
+        let config = &self.inner.config;
+        let writer = Arc::new(ShardWriter::spawn(
+            shard,
+            leader,
+            rpc,
+            config.namespace.clone(),
+            config.max_pending_writes_per_shard,
+        ));
+        writers.insert(shard, Arc::clone(&writer));
+        Ok(writer)
+    }
+
+    /// Sends `request` on the ordered write stream of `shard` and waits for its response.
+    /// Writes issued by one task to one shard commit in the order they were issued. Never
+    /// retried: a failure after sending is [`WriteFailure::InFlight`] (outcome unknown).
+    pub async fn write(&self, shard: ShardId, request: WriteRequest) -> WriteReply {
+        let writer = self.writer(shard).map_err(WriteFailure::NotSent)?;
+        let reply = writer.write(request, self.inner.config.request_timeout).await;
+        if let Err(failure) = &reply
+            && let RetryAdvice::Reroute { leader_hint } = failure.error().retry_advice()
+        {
+            // The next write goes to the new leader; this one is not retried.
+            let deadline = Instant::now();
+            self.reroute(shard, leader_hint, deadline).await;
+        }
+        reply
+    }
+
+    /// A write whose failure is reported as a store error.
+    pub async fn write_or_error(&self, shard: ShardId, request: WriteRequest) -> MetaResult<WriteResponse> {
+        self.write(shard, request).await.map_err(|failure| failure.to_meta_error())
+    }
+
+    /// `Read`: the responses to the request's gets, in request order, from every stream
+    /// message.
+    pub async fn read(&self, shard: ShardId, request: ReadRequest) -> MetaResult<Vec<GetResponse>> {
+        let timeout = self.inner.config.request_timeout;
+        self.with_retries(shard, Method::Read, |rpc| {
+            let request = request.clone();
+            async move {
+                let mut stream: Streaming<ReadResponse> =
+                    rpc.server_streaming(Method::Read, request, Some(timeout)).await?;
+                let mut gets = Vec::new();
+                while let Some(message) = stream.message().await.map_err(|s| OxiaError::from_status(&s))? {
+                    gets.extend(message.gets);
+                }
+                Ok(gets)
+            }
+        })
+        .await
+        .map_err(|error| error.to_meta_error(RequestPhase::Rejected))
+    }
+
+    /// `List`: the keys of every stream message, in the shard's order.
+    pub async fn list(&self, shard: ShardId, request: ListRequest) -> MetaResult<Vec<String>> {
+        let timeout = self.inner.config.request_timeout;
+        self.with_retries(shard, Method::List, |rpc| {
+            let request = request.clone();
+            async move {
+                let mut stream: Streaming<ListResponse> =
+                    rpc.server_streaming(Method::List, request, Some(timeout)).await?;
+                let mut keys = Vec::new();
+                while let Some(message) = stream.message().await.map_err(|s| OxiaError::from_status(&s))? {
+                    keys.extend(message.keys);
+                }
+                Ok(keys)
+            }
+        })
+        .await
+        .map_err(|error| error.to_meta_error(RequestPhase::Rejected))
+    }
+
+    /// `RangeScan`: the records of every stream message, stopping (cancelling the call) once
+    /// `limit` records are in.
+    pub async fn range_scan(
+        &self,
+        shard: ShardId,
+        request: RangeScanRequest,
+        limit: Option<usize>,
+    ) -> MetaResult<Vec<GetResponse>> {
+        let timeout = self.inner.config.request_timeout;
+        self.with_retries(shard, Method::RangeScan, |rpc| {
+            let request = request.clone();
+            async move {
+                let mut stream: Streaming<RangeScanResponse> =
+                    rpc.server_streaming(Method::RangeScan, request, Some(timeout)).await?;
+                let mut records = Vec::new();
+                while let Some(message) = stream.message().await.map_err(|s| OxiaError::from_status(&s))? {
+                    records.extend(message.records);
+                    if limit.is_some_and(|limit| records.len() >= limit) {
+                        break;
+                    }
+                }
+                Ok(records)
+            }
+        })
+        .await
+        .map_err(|error| error.to_meta_error(RequestPhase::Rejected))
+    }
+
+    /// Lists `[start, end)` on every shard and merges the keys in Oxia's key order, for keys
+    /// that are not placed by one partition (e.g. every log's registration).
+    pub async fn list_all_shards(&self, start: &str, end: &str) -> MetaResult<Vec<String>> {
+        let map =
+            self.shard_map().ok_or_else(|| MetaError::Unavailable("no shard assignments yet".to_owned()))?;
+        let lists = map.shards().iter().map(|shard| {
+            let request = crate::requests::list_request(shard.id, start, end);
+            self.list(shard.id, request)
+        });
+        let lists = futures::future::try_join_all(lists).await?;
+        Ok(merge_sorted(lists))
+    }
+
+    /// `CreateSession` on `shard`: the new session's id.
+    pub async fn create_session(&self, shard: ShardId, timeout: Duration) -> Result<i64, OxiaError> {
+        let timeout_ms = u32::try_from(timeout.as_millis()).map_err(|_| {
+            OxiaError::new(
+                OxiaErrorKind::InvalidSessionTimeout,
+                format!("session timeout {timeout:?} is too long"),
+            )
+        })?;
+        let request = CreateSessionRequest {
+            shard,
+            session_timeout_ms: timeout_ms,
+            client_identity: self.inner.config.client_identity.clone(),
+        };
+        let call_timeout = self.inner.config.request_timeout;
+        let response: CreateSessionResponse = self
+            .with_retries(shard, Method::CreateSession, |rpc| {
+                let request = request.clone();
+                async move { rpc.unary(Method::CreateSession, request, call_timeout).await }
+            })
+            .await?;
+        Ok(response.session_id)
+    }
+
+    /// One `KeepAlive` for a session, on the current leader, without retries (the next
+    /// heartbeat is the retry). `timeout` bounds the call.
+    pub async fn keep_alive(
+        &self,
+        shard: ShardId,
+        session_id: i64,
+        timeout: Duration,
+    ) -> Result<(), OxiaError> {
+        let rpc = self.leader_of(shard).and_then(|leader| self.rpc_for(&leader))?;
+        let result: Result<KeepAliveResponse, OxiaError> =
+            rpc.unary(Method::KeepAlive, SessionHeartbeat { shard, session_id }, timeout).await;
+        if let Err(error) = &result
+            && let RetryAdvice::Reroute { leader_hint } = error.retry_advice()
+        {
+            self.reroute(shard, leader_hint, Instant::now()).await;
+        }
+        result.map(|_| ())
+    }
+
+    /// `CloseSession`: the server deletes the session's ephemeral records.
+    pub async fn close_session(&self, shard: ShardId, session_id: i64) -> Result<(), OxiaError> {
+        let call_timeout = self.inner.config.request_timeout;
+        let _: CloseSessionResponse = self
+            .with_retries(shard, Method::CloseSession, |rpc| async move {
+                rpc.unary(Method::CloseSession, CloseSessionRequest { shard, session_id }, call_timeout).await
+            })
+            .await?;
+        Ok(())
+    }
+}
+
+/// Keeps the shard map current: follows a `GetShardAssignments` stream, reconnecting through
+/// the bootstrap addresses in turn. Ends when the client is gone.
+async fn follow_assignments(config: OxiaConfig, map_tx: watch::Sender<Option<MapState>>) {
+    let mut generation = 0;
+    let mut backoff = FIRST_BACKOFF;
+    for address in config.addresses.iter().cycle() {
+        if map_tx.is_closed() {
+            return;
+        }
+        match stream_assignments(address, &config, &map_tx, &mut generation, &mut backoff).await {
+            Ok(()) => tracing::info!(%address, "shard assignment stream ended; reconnecting"),
+            Err(error) => tracing::warn!(%address, %error, "shard assignment stream failed; reconnecting"),
+        }
+        tokio::time::sleep(backoff).await;
+        backoff = (backoff * 2).min(MAX_BACKOFF);
+    }
+}
+
+async fn stream_assignments(
+    address: &str,
+    config: &OxiaConfig,
+    map_tx: &watch::Sender<Option<MapState>>,
+    generation: &mut u64,
+    backoff: &mut Duration,
+) -> Result<(), OxiaError> {
+    let rpc = Rpc::new(channel(address, config)?, config)?;
+    let request = ShardAssignmentsRequest { namespace: config.namespace.clone() };
+    let mut stream = rpc.server_streaming(Method::GetShardAssignments, request, None).await?;
+    while let Some(message) = stream.message().await.map_err(|status| OxiaError::from_status(&status))? {
+        match ShardMap::from_assignments(&message, &config.namespace) {
+            Ok(map) => {
+                *generation += 1;
+                *backoff = FIRST_BACKOFF;
+                tracing::debug!(shards = map.shards().len(), generation, "new shard assignment");
+                map_tx.send_replace(Some(MapState { map: Arc::new(map), generation: *generation }));
+            }
+            // Keep routing with the last good map rather than with none.
+            Err(error) => tracing::warn!(%error, "ignoring an unusable shard assignment"),
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use lakestream_format::ErrorClass;
+
+    use super::*;
+    use crate::requests::{put_request, write_put};
+
+    fn client_with_map(map: ShardMap) -> (OxiaClient, watch::Sender<Option<MapState>>) {
+        OxiaClient::with_fixed_map(map)
+    }
+
+    fn publish(map_tx: &watch::Sender<Option<MapState>>, map: ShardMap, generation: u64) {
+        map_tx.send_replace(Some(MapState { map: Arc::new(map), generation }));
+    }
+
+    #[tokio::test]
+    async fn partitions_route_by_the_current_map() {
+        let (client, _map_tx) = client_with_map(ShardMap::standalone(4, "127.0.0.1:1").expect("valid"));
+        // oxia.md §5.1: "7" → shard 2 and "42" → shard 3 with four standalone shards.
+        assert_eq!(client.shard_for("7"), Ok(2));
+        assert_eq!(client.shard_for("42"), Ok(3));
+    }
+
+    #[tokio::test]
+    async fn a_writer_is_kept_until_its_leader_moves() {
+        let (client, map_tx) = client_with_map(ShardMap::standalone(2, "127.0.0.1:1").expect("valid"));
+        let first = client.writer(0).expect("writer");
+        let again = client.writer(0).expect("writer");
+        assert!(Arc::ptr_eq(&first, &again), "one ordered stream per shard");
+        assert!(!Arc::ptr_eq(&first, &client.writer(1).expect("writer")));
+
+        publish(&map_tx, ShardMap::standalone(2, "127.0.0.1:2").expect("valid"), 2);
+        let moved = client.writer(0).expect("writer");
+        assert!(!Arc::ptr_eq(&first, &moved), "re-routed after the leader changed");
+        assert_eq!(moved.leader(), "127.0.0.1:2");
+    }
+
+    #[tokio::test]
+    async fn a_leader_hint_holds_until_the_next_assignment() {
+        let (client, map_tx) = client_with_map(ShardMap::standalone(2, "127.0.0.1:1").expect("valid"));
+        client.reroute(1, Some("10.0.0.9:6648".to_owned()), Instant::now()).await;
+        assert_eq!(client.leader_of(1).expect("routed"), "10.0.0.9:6648");
+        assert_eq!(client.leader_of(0).expect("routed"), "127.0.0.1:1");
+        assert_eq!(client.writer(1).expect("writer").leader(), "10.0.0.9:6648");
+
+        publish(&map_tx, ShardMap::standalone(2, "127.0.0.1:3").expect("valid"), 2);
+        assert_eq!(client.leader_of(1).expect("routed"), "127.0.0.1:3");
+    }
+
+    #[tokio::test]
+    async fn not_leader_without_a_hint_waits_for_the_next_assignment() {
+        let (client, map_tx) = client_with_map(ShardMap::standalone(1, "127.0.0.1:1").expect("valid"));
+        let waiting = {
+            let client = client.clone();
+            tokio::spawn(async move {
+                client.reroute(0, None, Instant::now() + Duration::from_secs(30)).await;
+                client.leader_of(0)
+            })
+        };
+        tokio::task::yield_now().await;
+        publish(&map_tx, ShardMap::standalone(1, "127.0.0.1:4").expect("valid"), 2);
+        let leader =
+            tokio::time::timeout(Duration::from_secs(5), waiting).await.expect("woke").expect("joined");
+        assert_eq!(leader.expect("routed"), "127.0.0.1:4");
+    }
+
+    /// A write that cannot connect was never sent: a plain, retryable failure, not an
+    /// unknown outcome.
+    #[tokio::test]
+    async fn a_write_to_an_unreachable_leader_is_not_sent() {
+        let (client, _map_tx) = client_with_map(ShardMap::standalone(1, "127.0.0.1:1").expect("valid"));
+        let put =
+            put_request("7", "/k", bytes::Bytes::new(), lakestream_meta::PutCondition::None).expect("valid");
+        let failure = client.write(0, write_put(0, put)).await.expect_err("nothing listens on port 1");
+        assert!(matches!(failure, WriteFailure::NotSent(_)), "{failure:?}");
+        assert_eq!(failure.to_meta_error().class(), ErrorClass::Retryable);
+        assert!(client.writer(0).is_ok(), "a new writer replaces the broken one");
+    }
+
+    #[tokio::test]
+    async fn connect_fails_as_unavailable_when_no_server_answers() {
+        let config =
+            OxiaConfig { request_timeout: Duration::from_millis(300), ..OxiaConfig::new(["127.0.0.1:1"]) };
+        let error = OxiaClient::connect(config).await.expect_err("nothing listens on port 1");
+        assert_eq!(error.class(), ErrorClass::Retryable, "{error}");
+        assert!(error.to_string().contains("no shard assignments"), "{error}");
+    }
+
+    #[tokio::test]
+    async fn connect_rejects_a_bad_setting_by_name() {
+        let config = OxiaConfig { namespace: String::new(), ..OxiaConfig::new(["127.0.0.1:1"]) };
+        let error = OxiaClient::connect(config).await.expect_err("invalid");
+        assert_eq!(error.class(), ErrorClass::InvalidInput);
+        assert!(error.to_string().contains("`namespace`"), "{error}");
+    }
+
+    #[tokio::test]
+    async fn a_hash_without_a_shard_is_unavailable() {
+        let map = ShardMap::new(vec![crate::routing::Shard {
+            id: 0,
+            leader: "127.0.0.1:1".into(),
+            range: crate::routing::HashRange { min: 0, max: 10 },
+        }])
+        .expect("valid");
+        let (client, _map_tx) = client_with_map(map);
+        assert_eq!(client.shard_for("7").map_err(|e| e.class()), Err(ErrorClass::Retryable));
+    }
+}

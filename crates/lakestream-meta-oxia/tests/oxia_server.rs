@@ -1,0 +1,396 @@
+//! Tests against a real Oxia server: the `lakestream-meta` conformance suite, and checks of
+//! this client's own behaviour (routing over 4 shards, ordered pipelined writes, leader
+//! change, session expiry, outcome-unknown on a broken stream). The last two put a plain TCP
+//! relay (`mod relay`) between client and server to break the transport on purpose.
+//!
+//! They need a server and are ignored by default. Start `oxia standalone --shards 4` (e.g.
+//! `docker compose up oxia`), then:
+//!
+//! ```text
+//! LAKESTREAM_TEST_OXIA=127.0.0.1:6648 cargo test -p lakestream-meta-oxia --test oxia_server -- --ignored
+//! ```
+//!
+//! A test run with `--ignored` but without `LAKESTREAM_TEST_OXIA` fails (it never skips
+//! silently). Every test works on keys and log ids unique to the run, so the server may keep
+//! data between runs.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use lakestream_format::LogId;
+use lakestream_format::keys;
+use lakestream_meta::conformance::{self, StoreFactory};
+use lakestream_meta::{MetaError, MetaStore, PutCondition, Session};
+use lakestream_meta_oxia::errors::OxiaErrorKind;
+use lakestream_meta_oxia::{OxiaClient, OxiaConfig, OxiaStore, ShardMap, shard_sessions_from_id};
+
+const NEEDS_SERVER: &str = "needs a real Oxia server: set LAKESTREAM_TEST_OXIA=host:port (e.g. docker compose up oxia) and run with --ignored";
+
+/// The server under test; panics (never skips) when it is not configured.
+fn server_address() -> String {
+    match std::env::var("LAKESTREAM_TEST_OXIA") {
+        Ok(address) if !address.is_empty() => address,
+        _ => panic!("{NEEDS_SERVER}"),
+    }
+}
+
+fn config() -> OxiaConfig {
+    OxiaConfig { request_timeout: Duration::from_secs(10), ..OxiaConfig::new([server_address()]) }
+}
+
+async fn store() -> OxiaStore {
+    OxiaStore::connect(config()).await.expect("connect to the Oxia server")
+}
+
+/// A log id no earlier run used: the wall clock in µs, below 2^62.
+#[allow(clippy::disallowed_methods)] // tests may read the clock
+fn fresh_log_id() -> LogId {
+    let micros =
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).expect("after 1970").as_micros();
+    LogId(u64::try_from(micros % (1 << 62)).expect("below 2^62"))
+}
+
+struct OxiaFactory {
+    store: Arc<OxiaStore>,
+}
+
+#[async_trait]
+impl StoreFactory for OxiaFactory {
+    async fn store(&self) -> Arc<dyn MetaStore> {
+        Arc::clone(&self.store) as Arc<dyn MetaStore>
+    }
+
+    /// Makes the server drop the session's Oxia sessions, as expiry does; the client learns
+    /// it from its next keep-alive.
+    async fn expire_session(&self, _store: &Arc<dyn MetaStore>, session: &Arc<dyn Session>) -> bool {
+        let shard_sessions = shard_sessions_from_id(&session.id()).expect("an OxiaSession id");
+        assert!(!shard_sessions.is_empty(), "the session holds no Oxia session yet");
+        for (shard, session_id) in shard_sessions {
+            self.store.client().close_session(shard, session_id).await.expect("close the shard session");
+        }
+        true
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore = "needs a real Oxia server: set LAKESTREAM_TEST_OXIA=host:port (e.g. docker compose up oxia) and run with --ignored"]
+async fn conformance_suite() {
+    let factory = OxiaFactory { store: Arc::new(store().await) };
+    conformance::run_all(&factory).await;
+}
+
+/// oxia.md §4–5: with `--shards 4` the server announces the standalone ranges, and the
+/// partitions of the reference vectors live on the shards the vectors name: a record written
+/// through the client is found on its shard and on no other.
+#[tokio::test]
+#[ignore = "needs a real Oxia server: set LAKESTREAM_TEST_OXIA=host:port (e.g. docker compose up oxia) and run with --ignored"]
+async fn routing_with_four_shards() {
+    let store = store().await;
+    let client = store.client();
+    let map = client.shard_map().expect("a shard map");
+    let leader = map.shards()[0].leader.clone();
+    assert_eq!(*map, ShardMap::standalone(4, &leader).expect("valid"), "run the server with --shards 4");
+
+    let key = format!("/lakestream-oxia-test/routing/{}", fresh_log_id().0);
+    for (partition, shard) in [("foo", 0), ("bar", 2), ("baz", 0), ("3", 1), ("7", 2), ("42", 3)] {
+        assert_eq!(client.shard_for(partition).expect("routed"), shard, "partition {partition}");
+        let key = format!("{key}/{partition}");
+        store.put(partition, &key, Bytes::from_static(b"x"), PutCondition::None).await.expect("put");
+        for other in 0..4 {
+            let request =
+                lakestream_meta_oxia::requests::read_request(other, &key, lakestream_meta::Comparison::Equal)
+                    .expect("valid");
+            let gets = client.read(other, request).await.expect("read");
+            let found = gets.first().is_some_and(|g| g.status == 0);
+            assert_eq!(found, other == shard, "{key} on shard {other}");
+        }
+    }
+}
+
+/// oxia.md §6 and §8: one writer's pipelined sequenced puts on one log commit in the order
+/// they were issued, each continuing from the previous key (reference example: [3,8],
+/// [2,5], [1,0] → …3-…8, …5-…13, …6-…13).
+#[tokio::test]
+#[ignore = "needs a real Oxia server: set LAKESTREAM_TEST_OXIA=host:port (e.g. docker compose up oxia) and run with --ignored"]
+async fn pipelined_sequenced_puts_commit_in_issue_order() {
+    let store = store().await;
+    let log = fresh_log_id();
+    let (partition, prefix) = (keys::partition(log), keys::index_prefix(log));
+    let deltas: Vec<[u64; 2]> =
+        [[3, 8], [2, 5], [1, 0]].into_iter().chain((1..=200).map(|i| [1, i])).collect();
+    // Issued together: join_all polls the futures in order, so they are queued in this order.
+    let puts = deltas.iter().map(|d| store.sequenced_put(&partition, &prefix, d, Bytes::from_static(b"e")));
+    let results = futures::future::join_all(puts).await;
+    let (mut end, mut size) = (0u64, 0u64);
+    for (d, result) in deltas.iter().zip(results) {
+        (end, size) = (end + d[0], size + d[1]);
+        let written = result.expect("sequenced put");
+        assert_eq!(written.key, keys::index_key(log, end, size), "deltas {d:?}");
+    }
+}
+
+/// A malformed sequenced put never reaches the server, so it cannot break the stream that
+/// other writes share.
+#[tokio::test]
+#[ignore = "needs a real Oxia server: set LAKESTREAM_TEST_OXIA=host:port (e.g. docker compose up oxia) and run with --ignored"]
+async fn malformed_sequenced_put_leaves_the_stream_working() {
+    let store = store().await;
+    let log = fresh_log_id();
+    let (partition, prefix) = (keys::partition(log), keys::index_prefix(log));
+    let first = store.sequenced_put(&partition, &prefix, &[1, 1], Bytes::new());
+    let bad = store.sequenced_put(&partition, &prefix, &[0, 1], Bytes::new());
+    let last = store.sequenced_put(&partition, &prefix, &[1, 1], Bytes::new());
+    let (first, bad, last) = tokio::join!(first, bad, last);
+    assert!(matches!(bad, Err(MetaError::InvalidRequest(_))), "{bad:?}");
+    assert_eq!(first.expect("first").key, keys::index_key(log, 1, 1));
+    assert_eq!(last.expect("last").key, keys::index_key(log, 2, 2));
+}
+
+/// oxia.md §6: a write whose stream broke after it was sent is reported as outcome unknown,
+/// never as failed — and it may indeed have committed. The client reaches the server through
+/// a local TCP relay that holds back the server's answers and then cuts the connections.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs a real Oxia server: set LAKESTREAM_TEST_OXIA=host:port (e.g. docker compose up oxia) and run with --ignored"]
+async fn outcome_unknown_on_a_broken_stream() {
+    let direct = store().await;
+    let relay = relay::Relay::start(&server_address()).await;
+    // Standalone names as leader the address the client dialled: the relay.
+    let relayed = OxiaStore::connect(OxiaConfig {
+        request_timeout: Duration::from_secs(10),
+        ..OxiaConfig::new([relay.address()])
+    })
+    .await
+    .expect("connect through the relay");
+    let log = fresh_log_id();
+    let (partition, prefix) = (keys::partition(log), keys::index_prefix(log));
+    relayed.sequenced_put(&partition, &prefix, &[1, 1], Bytes::new()).await.expect("first put");
+
+    relay.hold_answers(true);
+    let pending = {
+        let relayed = relayed.clone();
+        let (partition, prefix) = (partition.clone(), prefix.clone());
+        tokio::spawn(async move { relayed.sequenced_put(&partition, &prefix, &[1, 1], Bytes::new()).await })
+    };
+    // The request reaches the server (only answers are held); wait until it committed.
+    let second = keys::index_key(log, 2, 2);
+    let committed = async {
+        loop {
+            let keys =
+                direct.list(&partition, &keys::first_key(log), &keys::last_key(log)).await.expect("list");
+            if keys.contains(&second) {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(10), committed).await.expect("the second put committed");
+    relay.cut();
+
+    let outcome = pending.await.expect("joined");
+    assert!(matches!(outcome, Err(MetaError::OutcomeUnknown(_))), "committed but reported {outcome:?}");
+
+    // A new stream carries the next write, continuing the sequence.
+    relay.hold_answers(false);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    let written = loop {
+        match relayed.sequenced_put(&partition, &prefix, &[1, 1], Bytes::new()).await {
+            Ok(written) => break written,
+            Err(MetaError::Unavailable(reason)) if tokio::time::Instant::now() < deadline => {
+                eprintln!("retrying after: {reason}");
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            Err(error) => panic!("the write after the break failed: {error}"),
+        }
+    };
+    assert_eq!(written.key, keys::index_key(log, 3, 3));
+}
+
+/// oxia.md §10: the client learns that a session ended from its keep-alive (session not
+/// found), fires `ended`, and the server has removed the ephemeral records.
+#[tokio::test]
+#[ignore = "needs a real Oxia server: set LAKESTREAM_TEST_OXIA=host:port (e.g. docker compose up oxia) and run with --ignored"]
+async fn session_expiry_is_detected() {
+    let store = store().await;
+    let log = fresh_log_id();
+    let partition = keys::partition(log);
+    let session = store.open_session(Duration::from_secs(4)).await.expect("session");
+    let lease = keys::lease_key(log, "expiry-test");
+    session.create_ephemeral(&partition, &lease, Bytes::from_static(b"t")).await.expect("ephemeral");
+    let mut ended = session.ended();
+    assert!(!*ended.borrow());
+
+    // Remove the session on the server behind the client's back: like expiry, this deletes
+    // it and its ephemeral records, and the client must learn it from its next keep-alive.
+    for (shard, session_id) in shard_sessions_from_id(&session.id()).expect("an OxiaSession id") {
+        store.client().close_session(shard, session_id).await.expect("close");
+    }
+    tokio::time::timeout(Duration::from_secs(10), ended.wait_for(|e| *e))
+        .await
+        .expect("ended fired")
+        .expect("open");
+    assert_eq!(
+        store.get(&partition, &lease).await.expect("get"),
+        None,
+        "the lease vanished with the session"
+    );
+    let late = session.create_ephemeral(&partition, &lease, Bytes::new()).await;
+    assert!(matches!(late, Err(MetaError::SessionEnded(_))), "{late:?}");
+
+    // And a session nobody keeps alive is gone on the server after its timeout.
+    let client = store.client();
+    let shard = client.shard_for(&partition).expect("routed");
+    let orphan = client.create_session(shard, Duration::from_secs(2)).await.expect("create");
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    let error = client.keep_alive(shard, orphan, Duration::from_secs(5)).await.expect_err("expired");
+    assert_eq!(error.kind, OxiaErrorKind::SessionNotFound, "{error}");
+}
+
+/// Leader change: when the assignment names a new leader, writes move to it. Two relays
+/// stand for two addresses of the same standalone server, which names as leader whatever
+/// address the client dialled. The client starts on relay A; A is shut down, the client's
+/// assignment stream reconnects through B, the leader of every shard becomes B, and writes
+/// continue there with the sequence intact.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs a real Oxia server: set LAKESTREAM_TEST_OXIA=host:port (e.g. docker compose up oxia) and run with --ignored"]
+async fn writes_follow_a_leader_change() {
+    let address = server_address();
+    let (relay_a, relay_b) = (relay::Relay::start(&address).await, relay::Relay::start(&address).await);
+    let store = OxiaStore::connect(OxiaConfig {
+        request_timeout: Duration::from_secs(5),
+        ..OxiaConfig::new([relay_a.address(), relay_b.address()])
+    })
+    .await
+    .expect("connect through relay A");
+    let client: &OxiaClient = store.client();
+    let log = fresh_log_id();
+    let (partition, prefix) = (keys::partition(log), keys::index_prefix(log));
+    let shard = client.shard_for(&partition).expect("routed");
+    let leader =
+        |client: &OxiaClient| client.shard_map().and_then(|m| m.shard(shard).map(|s| s.leader.clone()));
+    assert_eq!(leader(client).as_deref(), Some(relay_a.address().as_str()));
+    store.sequenced_put(&partition, &prefix, &[1, 1], Bytes::new()).await.expect("before the move");
+
+    relay_a.shut_down();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    let written = loop {
+        match store.sequenced_put(&partition, &prefix, &[1, 1], Bytes::new()).await {
+            Ok(written) => break written,
+            // During the move writes fail as retryable, or as unknown if they were sent.
+            Err(error @ (MetaError::Unavailable(_) | MetaError::OutcomeUnknown(_))) => {
+                assert!(tokio::time::Instant::now() < deadline, "no write succeeded after the move: {error}");
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            Err(error) => panic!("unexpected error during the leader move: {error}"),
+        }
+    };
+    assert_eq!(leader(client).as_deref(), Some(relay_b.address().as_str()), "re-routed to the new leader");
+    let parsed = keys::IndexKey::parse(&written.key).expect("index key");
+    assert!(parsed.end_offset >= 2, "the sequence continued across the move: {}", written.key);
+}
+
+/// A TCP relay to the real server: it forwards bytes both ways, and on request holds back
+/// the server's answers, cuts every connection, or stops accepting. It understands nothing
+/// of gRPC; it only lets the tests break the transport at chosen moments.
+mod relay {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::net::{TcpListener, TcpStream};
+    use tokio::sync::watch;
+    use tokio::task::JoinHandle;
+
+    pub struct Relay {
+        address: String,
+        hold: watch::Sender<bool>,
+        cuts: watch::Sender<u64>,
+        acceptor: JoinHandle<()>,
+    }
+
+    impl Relay {
+        pub async fn start(upstream: &str) -> Self {
+            let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind the relay");
+            let address = listener.local_addr().expect("relay address").to_string();
+            let (hold, _) = watch::channel(false);
+            let (cuts, _) = watch::channel(0u64);
+            let upstream = upstream.to_owned();
+            let (hold_rx, cuts_rx) = (hold.subscribe(), cuts.subscribe());
+            let acceptor = tokio::spawn(async move {
+                while let Ok((client, _)) = listener.accept().await {
+                    let Ok(server) = TcpStream::connect(&upstream).await else { continue };
+                    let (client_read, client_write) = client.into_split();
+                    let (server_read, server_write) = server.into_split();
+                    let generation = *cuts_rx.borrow();
+                    tokio::spawn(pump(client_read, server_write, None, cuts_rx.clone(), generation));
+                    tokio::spawn(pump(
+                        server_read,
+                        client_write,
+                        Some(hold_rx.clone()),
+                        cuts_rx.clone(),
+                        generation,
+                    ));
+                }
+            });
+            Self { address, hold, cuts, acceptor }
+        }
+
+        pub fn address(&self) -> String {
+            self.address.clone()
+        }
+
+        /// Holds back (or releases) everything the server sends.
+        pub fn hold_answers(&self, hold: bool) {
+            self.hold.send_replace(hold);
+        }
+
+        /// Drops every open connection; new ones are still accepted.
+        pub fn cut(&self) {
+            self.cuts.send_modify(|generation| *generation += 1);
+        }
+
+        /// Drops every connection and refuses new ones.
+        pub fn shut_down(&self) {
+            self.acceptor.abort();
+            self.cut();
+        }
+    }
+
+    impl Drop for Relay {
+        fn drop(&mut self) {
+            self.shut_down();
+        }
+    }
+
+    /// Copies `from` to `to` until either side closes or the connection is cut. With `hold`,
+    /// each chunk waits while the flag is set.
+    async fn pump(
+        mut from: tokio::net::tcp::OwnedReadHalf,
+        mut to: tokio::net::tcp::OwnedWriteHalf,
+        mut hold: Option<watch::Receiver<bool>>,
+        mut cuts: watch::Receiver<u64>,
+        generation: u64,
+    ) {
+        let mut buffer = vec![0u8; 64 * 1024];
+        loop {
+            if *cuts.borrow() != generation {
+                return;
+            }
+            let read = tokio::select! {
+                read = from.read(&mut buffer) => read,
+                _ = cuts.changed() => return,
+            };
+            let n = match read {
+                Ok(0) | Err(_) => return,
+                Ok(n) => n,
+            };
+            if let Some(hold) = hold.as_mut() {
+                tokio::select! {
+                    released = hold.wait_for(|held| !*held) => if released.is_err() { return },
+                    _ = cuts.changed() => return,
+                }
+            }
+            if to.write_all(&buffer[..n]).await.is_err() {
+                return;
+            }
+        }
+    }
+}

@@ -1,0 +1,77 @@
+//! Reader settings.
+
+use std::time::Duration;
+
+use serde::Deserialize;
+
+/// Settings of a [`crate::Reader`]. Every field has a default; `validate()` names a bad one.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ReaderConfig {
+    /// Bytes of WAL objects and compacted files kept in memory (LRU). Default 256 MiB.
+    /// Cached reads avoid a GET; objects never change, so the cache is never stale.
+    pub object_cache_bytes: usize,
+    /// How many consecutive index records one metadata scan fetches during a batched read.
+    /// Default 32: fewer round trips for large reads, a little more data per scan.
+    pub scan_batch: usize,
+    /// The longest a tail read sleeps between looks at the log's end when no in-process
+    /// writer signals new data. Default 50 ms: lower means fresher tails and more lookups.
+    #[serde(with = "humantime_serde")]
+    pub tail_poll_max: Duration,
+    /// How many times a read looks up the covering record again after its object turned out
+    /// missing (replaced by compaction or trim) before it reports an error. Default 3.
+    pub missing_object_retries: u32,
+    /// How long a scanned index record may serve later reads without asking the metadata
+    /// store again. Default 5 s; 0 disables the cache. A cached record may have been replaced
+    /// by a compaction or removed by a trim meanwhile; its objects stay readable for the WAL
+    /// grace period, so this TTL must stay well below the compactor's grace period (the
+    /// server enforces it), and a missing object drops the log's cached records.
+    #[serde(with = "humantime_serde")]
+    pub index_cache_ttl: Duration,
+    /// The most index records the cache holds across all logs. Default 100,000.
+    pub index_cache_records: usize,
+    /// The deployment's format version: 3 (the default), or 1 or 2 to read deployments that
+    /// predate version 3 (Appendix C: per-entry string index values, legacy WAL objects).
+    /// A deployment uses one version; values of another version are refused, never guessed.
+    pub format_version: u8,
+}
+
+impl Default for ReaderConfig {
+    fn default() -> Self {
+        ReaderConfig {
+            object_cache_bytes: 256 << 20,
+            scan_batch: 32,
+            tail_poll_max: Duration::from_millis(50),
+            missing_object_retries: 3,
+            format_version: 3,
+            index_cache_ttl: Duration::from_secs(5),
+            index_cache_records: 100_000,
+        }
+    }
+}
+
+/// A setting that is out of range: names the field and the rule.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("reader setting `{field}`: {rule}")]
+pub struct ConfigError {
+    /// The field.
+    pub field: &'static str,
+    /// The rule it breaks.
+    pub rule: String,
+}
+
+impl ReaderConfig {
+    /// Checks every setting against its rule.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        if self.scan_batch == 0 {
+            return Err(ConfigError { field: "scan_batch", rule: "must be at least 1".into() });
+        }
+        if self.tail_poll_max < Duration::from_millis(1) {
+            return Err(ConfigError { field: "tail_poll_max", rule: "must be at least 1ms".into() });
+        }
+        if !(1..=3).contains(&self.format_version) {
+            return Err(ConfigError { field: "format_version", rule: "must be 1, 2 or 3".into() });
+        }
+        Ok(())
+    }
+}

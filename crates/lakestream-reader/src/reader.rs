@@ -1,0 +1,567 @@
+//! The read path, R1–R4 ("Reading"):
+//!
+//! 1. **R1 trim marker** — read B (0 when absent) and start at `o′ = max(o, B)`.
+//! 2. **R2 covering record** — the record of L with the smallest end offset above `o′`:
+//!    a scan from `K(L, o′, MAX)` returns it first, followed by the next records of the log,
+//!    so one metadata call serves a batched read. Keys are checked to carry L's prefix.
+//! 3. **R3 dispatch** — on `file_type` alone: RAW records read their WAL object's log section;
+//!    PARQUET records read file index → Parquet file → companion offset map → rows.
+//! 4. **R4 entries** — whole entries, the first being the one that holds `o′`; never one that
+//!    ends at or below B.
+//!
+//! When an object a record names is missing, the covering record is looked up again (a
+//! compaction or hard trim may have replaced it) before an error is reported.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::Bytes;
+use lakestream_format::compacted::{self, CompactedFileReader, KNOWN_BINDINGS};
+use lakestream_format::companion::{self, Companion};
+use lakestream_format::entry_index::{self, IndexValue, ParquetRecord, RawRecord};
+use lakestream_format::keys::{self, IndexKey};
+use lakestream_format::legacy::{LegacyIndexValue, LegacyVersion, LegacyWalObject};
+use lakestream_format::wal::WalObject;
+use lakestream_format::{Entry, FileType, LogId, LogRef, Offset};
+use lakestream_meta::{Comparison, MetaStore, Record};
+use lakestream_objstore::{ObjectPath, ObjectStore, ObjectStoreError};
+use tokio::sync::watch;
+use tokio::time::Instant;
+
+use crate::cache::{CacheStats, IndexCache, ObjectCache};
+use crate::config::{ConfigError, ReaderConfig};
+use crate::error::ReadError;
+
+/// Entries read from a log, and where the next read starts.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReadBatch {
+    /// Whole entries in offset order; the first holds the requested offset (or B).
+    pub entries: Vec<Entry>,
+    /// Where the next read starts: the end of the last entry returned, or the offset read
+    /// from when nothing was returned.
+    pub next_offset: Offset,
+    /// The trim marker B seen by this read.
+    pub trim_marker: Offset,
+}
+
+/// The components a reader needs.
+#[derive(Debug, Clone)]
+pub struct ReaderDeps {
+    /// The metadata store holding the offset index.
+    pub meta: Arc<dyn MetaStore>,
+    /// The WAL root.
+    pub wal: Arc<dyn ObjectStore>,
+    /// The compacted root.
+    pub compacted: Arc<dyn ObjectStore>,
+}
+
+/// A reader of logs. Needs no lease. Cheap to clone.
+#[derive(Debug, Clone)]
+pub struct Reader {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    config: ReaderConfig,
+    deps: ReaderDeps,
+    objects: ObjectCache,
+    index: IndexCache,
+    companions: Mutex<HashMap<String, Arc<Companion>>>,
+    appended: watch::Sender<u64>,
+}
+
+/// Why one attempt at a record failed in a way a fresh lookup can fix.
+enum Attempt<T> {
+    Done(T),
+    Missing(String),
+}
+
+const MAX_CACHED_COMPANIONS: usize = 1024;
+
+impl Reader {
+    /// A reader over these stores.
+    pub fn new(config: ReaderConfig, deps: ReaderDeps) -> Result<Reader, ConfigError> {
+        config.validate()?;
+        Ok(Reader {
+            inner: Arc::new(Inner {
+                objects: ObjectCache::new(config.object_cache_bytes),
+                index: IndexCache::new(config.index_cache_ttl, config.index_cache_records),
+                config,
+                deps,
+                companions: Mutex::new(HashMap::new()),
+                appended: watch::channel(0).0,
+            }),
+        })
+    }
+
+    /// Wakes tail reads waiting in this process: call it when an in-process writer has
+    /// acknowledged entries. Readers also poll, so calling it is an optimization.
+    pub fn notify_appended(&self) {
+        self.inner.appended.send_modify(|n| *n = n.wrapping_add(1));
+    }
+
+    /// Object-cache statistics.
+    pub fn cache_stats(&self) -> CacheStats {
+        self.inner.objects.stats()
+    }
+
+    /// R1: the trim marker B of the log, 0 when absent.
+    pub async fn trim_marker(&self, log_id: LogId) -> Result<Offset, ReadError> {
+        let record = self.meta().get(&keys::partition(log_id), &keys::trim_marker_key(log_id)).await;
+        match record.map_err(|source| ReadError::Meta { log_id, source })? {
+            None => Ok(0),
+            Some(r) => keys::decode_trim_marker(&r.value).map_err(|e| ReadError::Corrupt {
+                log_id,
+                what: keys::trim_marker_key(log_id),
+                detail: e.to_string(),
+            }),
+        }
+    }
+
+    /// The offset the next append to commit starts at: the end offset of the log's last
+    /// record (`Floor(K(L, MAX, MAX))`), 0 for a log without records.
+    pub async fn next_offset(&self, log_id: LogId) -> Result<Offset, ReadError> {
+        let last = self
+            .meta()
+            .get_cmp(&keys::partition(log_id), &keys::last_key(log_id), Comparison::Floor)
+            .await
+            .map_err(|source| ReadError::Meta { log_id, source })?;
+        match last.filter(|r| keys::is_index_key_of(&r.key, log_id)) {
+            None => Ok(0),
+            Some(r) => Ok(parse_key(log_id, &r.key)?.end_offset),
+        }
+    }
+
+    /// The log's first readable offset: the greater of B and the start of the first record
+    /// above B (spec SHOULD). For a log with nothing readable, its next offset.
+    pub async fn first_offset(&self, log_id: LogId) -> Result<Offset, ReadError> {
+        let b = self.trim_marker(log_id).await?;
+        let first = self
+            .meta()
+            .get_cmp(&keys::partition(log_id), &keys::covering_lookup_key(log_id, b), Comparison::Higher)
+            .await
+            .map_err(|source| ReadError::Meta { log_id, source })?;
+        match first.filter(|r| keys::is_index_key_of(&r.key, log_id)) {
+            None => Ok(self.next_offset(log_id).await?.max(b)),
+            Some(r) => {
+                let (key, value) = parse_record(log_id, &r, self.inner.config.format_version)?;
+                Ok(record_start(log_id, &r.key, &key, &value)?.max(b))
+            }
+        }
+    }
+
+    /// Reads whole entries of `log` from `offset` (R1–R4), up to about `max_bytes` of
+    /// payload (always at least one entry when one is available). When nothing is available
+    /// at the offset, waits up to `max_wait` for new data before returning an empty batch.
+    pub async fn read(
+        &self,
+        log: &LogRef,
+        offset: Offset,
+        max_bytes: usize,
+        max_wait: Duration,
+    ) -> Result<ReadBatch, ReadError> {
+        let deadline = Instant::now() + max_wait;
+        let mut changed = self.inner.appended.subscribe();
+        let mut pause = Duration::from_millis(1);
+        loop {
+            let b = self.trim_marker(log.log_id).await?; // R1
+            let from = offset.max(b);
+            let entries = self.read_from(log, from, max_bytes).await?;
+            if !entries.is_empty() || Instant::now() >= deadline {
+                let next_offset = entries.last().map_or(from, Entry::end_offset);
+                return Ok(ReadBatch { entries, next_offset, trim_marker: b });
+            }
+            // Tail read: wait for an in-process append signal or the next poll, whichever
+            // comes first — no busy loop, and never past the deadline.
+            let sleep = pause.min(deadline.saturating_duration_since(Instant::now()));
+            tokio::select! {
+                _ = changed.changed() => {}
+                _ = tokio::time::sleep(sleep) => {}
+            }
+            pause = (pause * 2).min(self.inner.config.tail_poll_max);
+        }
+    }
+
+    fn meta(&self) -> &dyn MetaStore {
+        self.inner.deps.meta.as_ref()
+    }
+
+    /// R2–R4 from `from` (already at or above B), over consecutive records.
+    async fn read_from(&self, log: &LogRef, from: Offset, max_bytes: usize) -> Result<Vec<Entry>, ReadError> {
+        let log_id = log.log_id;
+        let partition = keys::partition(log_id);
+        let end_key = keys::last_key(log_id);
+        let mut entries: Vec<Entry> = Vec::new();
+        let mut next = from;
+        let mut bytes = 0usize;
+        let mut lookups_after_missing = 0u32;
+        'scan: loop {
+            let batch = self.inner.config.scan_batch;
+            let records = self.scan_records(log_id, &partition, &end_key, next, batch).await?;
+            let exhausted = records.len() < batch;
+            for record in &records {
+                if !keys::is_index_key_of(&record.key, log_id) {
+                    break 'scan;
+                }
+                let (key, value) = parse_record(log_id, record, self.inner.config.format_version)?;
+                if key.end_offset <= next {
+                    continue; // an older record overlapping a newer one (between C3 and C4)
+                }
+                let start = record_start(log_id, &record.key, &key, &value)?;
+                if start > next {
+                    if entries.is_empty() {
+                        return Err(ReadError::Corrupt {
+                            log_id,
+                            what: record.key.clone(),
+                            detail: format!(
+                                "no index record holds offset {next}; the next record starts at {start}"
+                            ),
+                        });
+                    }
+                    break 'scan;
+                }
+                let budget = max_bytes.saturating_sub(bytes);
+                let attempt = match &value {
+                    Value::V3(IndexValue::Raw(raw)) => self.read_raw(log_id, record, start, raw).await?,
+                    Value::V3(IndexValue::Parquet(pq)) => {
+                        self.read_parquet(log, record, start, next, pq, budget).await?
+                    }
+                    Value::Legacy(v) => self.read_legacy(log_id, record, start, v).await?,
+                };
+                let got = match attempt {
+                    Attempt::Done(got) => got,
+                    Attempt::Missing(object) => {
+                        // Spec SHOULD: look the covering record up again before reporting.
+                        self.inner.index.invalidate(log_id);
+                        lookups_after_missing += 1;
+                        if lookups_after_missing > self.inner.config.missing_object_retries {
+                            return Err(ReadError::MissingObject { log_id, object, key: record.key.clone() });
+                        }
+                        continue 'scan;
+                    }
+                };
+                for entry in got {
+                    if entry.end_offset() <= next {
+                        continue;
+                    }
+                    next = entry.end_offset();
+                    bytes += entry.payload.len();
+                    entries.push(entry);
+                    if bytes >= max_bytes {
+                        break 'scan;
+                    }
+                }
+            }
+            if exhausted || records.is_empty() {
+                break;
+            }
+        }
+        Ok(entries)
+    }
+
+    /// Consecutive index records of `log_id` from the one covering `from`: from the index cache
+    /// when it has fresh ones, else by one metadata scan (whose results are cached).
+    async fn scan_records(
+        &self,
+        log_id: LogId,
+        partition: &str,
+        end_key: &str,
+        from: Offset,
+        batch: usize,
+    ) -> Result<Vec<Record>, ReadError> {
+        let cached = self.inner.index.covering(log_id, from, batch);
+        // Serve from the cache only when its first record holds `from`: records cached by a
+        // scan that started later must not hide the one that covers it.
+        let covers = |r: &Record| {
+            parse_record(log_id, r, self.inner.config.format_version)
+                .ok()
+                .and_then(|(key, value)| key.end_offset.checked_sub(value.message_count()))
+                .is_some_and(|start| start <= from)
+        };
+        if cached.first().is_some_and(covers) {
+            return Ok(cached);
+        }
+        let start_key = keys::covering_lookup_key(log_id, from);
+        let records = self
+            .meta()
+            .scan(partition, &start_key, end_key, Some(batch))
+            .await
+            .map_err(|source| ReadError::Meta { log_id, source })?;
+        self.inner.index.insert(
+            log_id,
+            records.iter().filter_map(|r| IndexKey::parse(&r.key).ok().map(|k| (k.end_offset, r.clone()))),
+        );
+        Ok(records)
+    }
+
+    /// A RAW record: its WAL object's section for L; offsets from the record's start, every
+    /// entry stamped with the record's creation time.
+    async fn read_raw(
+        &self,
+        log_id: LogId,
+        record: &Record,
+        start: Offset,
+        raw: &RawRecord,
+    ) -> Result<Attempt<Vec<Entry>>, ReadError> {
+        let bytes = match self.fetch(&self.inner.deps.wal, log_id, &raw.location).await? {
+            Attempt::Done(b) => b,
+            Attempt::Missing(o) => return Ok(Attempt::Missing(o)),
+        };
+        let corrupt = |detail: String| ReadError::Corrupt {
+            log_id,
+            what: format!("WAL object {}", raw.location),
+            detail,
+        };
+        let object = WalObject::parse(bytes).map_err(|e| corrupt(e.to_string()))?;
+        let section = object
+            .section(log_id)
+            .ok_or_else(|| corrupt(format!("no log section for log {log_id} (named by {})", record.key)))?;
+        section.check_matches_record(raw).map_err(|e| corrupt(e.to_string()))?;
+        let payloads = object
+            .payloads(log_id)
+            .map_err(|e| corrupt(e.to_string()))?
+            .ok_or_else(|| corrupt(format!("no log section for log {log_id}")))?;
+        let mut offset = start;
+        let entries = section
+            .entries
+            .iter()
+            .zip(payloads)
+            .map(|(d, payload)| {
+                let e =
+                    Entry { offset, record_count: d.record_count, timestamp_ms: record.created_ms, payload };
+                offset += u64::from(d.record_count);
+                e
+            })
+            .collect();
+        Ok(Attempt::Done(entries))
+    }
+
+    /// A version 1 or 2 record (Appendix C): one entry, located by `entry_id` in a legacy WAL
+    /// object. Legacy compacted data is out of scope for format version 3 and refused.
+    async fn read_legacy(
+        &self,
+        log_id: LogId,
+        record: &Record,
+        start: Offset,
+        value: &LegacyIndexValue,
+    ) -> Result<Attempt<Vec<Entry>>, ReadError> {
+        let corrupt = |detail: String| ReadError::Corrupt {
+            log_id,
+            what: format!("index record {}", record.key),
+            detail,
+        };
+        if value.effective_file_type() != FileType::Raw {
+            return Err(corrupt(
+                "legacy PARQUET records (format versions 1 and 2) are not readable here".into(),
+            ));
+        }
+        let bytes = match self.fetch(&self.inner.deps.wal, log_id, &value.location).await? {
+            Attempt::Done(b) => b,
+            Attempt::Missing(o) => return Ok(Attempt::Missing(o)),
+        };
+        let object = LegacyWalObject::parse(bytes).map_err(|e| ReadError::Corrupt {
+            log_id,
+            what: format!("WAL object {}", value.location),
+            detail: e.to_string(),
+        })?;
+        let (tuple, payload) = object.entry(value.entry_id).ok_or_else(|| {
+            corrupt(format!("WAL object {} has no entry {}", value.location, value.entry_id))
+        })?;
+        if tuple.log_id != log_id || tuple.payload_length != value.entry_size_bytes {
+            return Err(corrupt(format!(
+                "entry {} of {} belongs to log {} with {} bytes; the record says log {log_id} with {} bytes",
+                value.entry_id, value.location, tuple.log_id, tuple.payload_length, value.entry_size_bytes
+            )));
+        }
+        let record_count = u32::try_from(value.message_count)
+            .map_err(|_| corrupt(format!("message count {} exceeds 2^32-1", value.message_count)))?;
+        Ok(Attempt::Done(vec![Entry {
+            offset: start,
+            record_count,
+            timestamp_ms: record.created_ms,
+            payload,
+        }]))
+    }
+
+    /// A PARQUET record ("Reading a PARQUET record"): the file holding `from`, its companion's
+    /// row for `from`, then rows onward (into later files of the index) within `budget`.
+    async fn read_parquet(
+        &self,
+        log: &LogRef,
+        record: &Record,
+        start: Offset,
+        from: Offset,
+        pq: &ParquetRecord,
+        budget: usize,
+    ) -> Result<Attempt<Vec<Entry>>, ReadError> {
+        let log_id = log.log_id;
+        let corrupt = |what: String, detail: String| ReadError::Corrupt { log_id, what, detail };
+        let first =
+            pq.file_index.locate(start, from).map_err(|e| corrupt(record.key.clone(), e.to_string()))?;
+        let mut entries = Vec::new();
+        let mut taken = 0usize;
+        let mut next = from;
+        for file in &pq.file_index.entries()[first.position..] {
+            let dir = format!("{}/{}", log.namespace, log.stream);
+            let data_path = format!("{dir}/{}", file.name);
+            let companion_name = compacted::companion_name(&file.name)
+                .map_err(|e| corrupt(record.key.clone(), e.to_string()))?;
+            let companion_path = format!("{dir}/{companion_name}");
+            let companion = match self.companion(log_id, &companion_path).await? {
+                Attempt::Done(c) => c,
+                Attempt::Missing(o) => return Ok(Attempt::Missing(o)),
+            };
+            let data = match self.fetch(&self.inner.deps.compacted, log_id, &data_path).await? {
+                Attempt::Done(b) => b,
+                Attempt::Missing(o) => return Ok(Attempt::Missing(o)),
+            };
+            let reader = CompactedFileReader::open(data, KNOWN_BINDINGS)
+                .map_err(|e| corrupt(format!("compacted file {data_path}"), e.to_string()))?;
+            let rows = companion.rows();
+            if reader.row_count() != rows.len() as u64 {
+                return Err(corrupt(
+                    format!("compacted file {data_path}"),
+                    format!("{} rows, but its companion describes {}", reader.row_count(), rows.len()),
+                ));
+            }
+            let Some(first_row) = companion.row_holding(next) else {
+                return Err(corrupt(
+                    format!("companion {companion_path}"),
+                    format!("no row holds offset {next} (file index says {} holds it)", file.name),
+                ));
+            };
+            // Take rows while within budget (at least one row overall).
+            let mut end_row = first_row;
+            while end_row < rows.len() && (taken == 0 || taken < budget) {
+                taken += rows[end_row].entry_size as usize;
+                end_row += 1;
+            }
+            let payloads = reader
+                .read_payloads(first_row as u64..end_row as u64)
+                .map_err(|e| corrupt(format!("compacted file {data_path}"), e.to_string()))?;
+            for (row, payload) in rows[first_row..end_row].iter().zip(payloads) {
+                entries.push(Entry {
+                    offset: row.offset,
+                    record_count: row.record_count,
+                    timestamp_ms: row.timestamp_ms, // from the row, not the record (spec MUST)
+                    payload,
+                });
+                next = row.end_offset();
+            }
+            if taken >= budget || end_row < rows.len() {
+                break;
+            }
+        }
+        Ok(Attempt::Done(entries))
+    }
+
+    async fn companion(&self, log_id: LogId, path: &str) -> Result<Attempt<Arc<Companion>>, ReadError> {
+        if let Some(c) = self.lock_companions().get(path) {
+            return Ok(Attempt::Done(c.clone()));
+        }
+        let bytes = match self.get_object(&self.inner.deps.compacted, log_id, path).await? {
+            Attempt::Done(b) => b,
+            Attempt::Missing(o) => return Ok(Attempt::Missing(o)),
+        };
+        let parsed = companion::read_companion(&bytes, companion::ReadOptions::default()).map_err(|e| {
+            ReadError::Corrupt { log_id, what: format!("companion {path}"), detail: e.to_string() }
+        })?;
+        let parsed = Arc::new(parsed);
+        let mut cache = self.lock_companions();
+        if cache.len() >= MAX_CACHED_COMPANIONS {
+            cache.clear();
+        }
+        cache.insert(path.to_string(), parsed.clone());
+        Ok(Attempt::Done(parsed))
+    }
+
+    fn lock_companions(&self) -> std::sync::MutexGuard<'_, HashMap<String, Arc<Companion>>> {
+        self.inner.companions.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// An immutable object, from the cache or the store.
+    async fn fetch(
+        &self,
+        store: &Arc<dyn ObjectStore>,
+        log_id: LogId,
+        name: &str,
+    ) -> Result<Attempt<Bytes>, ReadError> {
+        let cache_key = format!("{:p}/{name}", Arc::as_ptr(store));
+        if let Some(b) = self.inner.objects.get(&cache_key) {
+            return Ok(Attempt::Done(b));
+        }
+        let got = self.get_object(store, log_id, name).await?;
+        if let Attempt::Done(b) = &got {
+            self.inner.objects.insert(&cache_key, b.clone());
+        }
+        Ok(got)
+    }
+
+    async fn get_object(
+        &self,
+        store: &Arc<dyn ObjectStore>,
+        log_id: LogId,
+        name: &str,
+    ) -> Result<Attempt<Bytes>, ReadError> {
+        let path = ObjectPath::new(name.to_string()).map_err(|e| ReadError::Corrupt {
+            log_id,
+            what: format!("object name {name:?}"),
+            detail: e.to_string(),
+        })?;
+        match store.get(&path).await {
+            Ok(b) => Ok(Attempt::Done(b)),
+            Err(ObjectStoreError::NotFound { .. }) => Ok(Attempt::Missing(name.to_string())),
+            Err(source) => Err(ReadError::Object { log_id, object: name.to_string(), source }),
+        }
+    }
+}
+
+fn parse_key(log_id: LogId, key: &str) -> Result<IndexKey, ReadError> {
+    IndexKey::parse(key).map_err(|e| ReadError::Corrupt {
+        log_id,
+        what: key.to_string(),
+        detail: e.to_string(),
+    })
+}
+
+/// An index value of the deployment's format version.
+#[derive(Debug)]
+enum Value {
+    V3(IndexValue),
+    Legacy(LegacyIndexValue),
+}
+
+impl Value {
+    fn message_count(&self) -> u64 {
+        match self {
+            Value::V3(v) => u64::from(v.message_count()),
+            Value::Legacy(v) => v.message_count,
+        }
+    }
+}
+
+fn parse_record(log_id: LogId, record: &Record, format_version: u8) -> Result<(IndexKey, Value), ReadError> {
+    let key = parse_key(log_id, &record.key)?;
+    let value = match format_version {
+        3 => entry_index::decode(&record.value).map(Value::V3),
+        1 => LegacyIndexValue::parse_version(&record.value, LegacyVersion::V1).map(Value::Legacy),
+        _ => LegacyIndexValue::parse_version(&record.value, LegacyVersion::V2).map(Value::Legacy),
+    }
+    .map_err(|e| ReadError::Corrupt {
+        log_id,
+        what: format!("index record {}", record.key),
+        detail: e.to_string(),
+    })?;
+    Ok((key, value))
+}
+
+/// A record's start offset: its end offset minus its message count.
+fn record_start(log_id: LogId, text: &str, key: &IndexKey, value: &Value) -> Result<Offset, ReadError> {
+    key.end_offset.checked_sub(value.message_count()).ok_or_else(|| ReadError::Corrupt {
+        log_id,
+        what: format!("index record {text}"),
+        detail: format!("message_count {} exceeds the end offset {}", value.message_count(), key.end_offset),
+    })
+}

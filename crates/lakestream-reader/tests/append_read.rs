@@ -1,0 +1,539 @@
+//! The append and read paths together, over the in-memory metadata and object stores:
+//! the spec's Appending (A1–A4), Reading (R1–R4) and Soft trim rules, with faults injected.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use lakestream_format::compacted::{self, KNOWN_BINDINGS};
+use lakestream_format::companion::{self, CompanionRow};
+use lakestream_format::entry_index::{EntryIndex, ParquetRange};
+use lakestream_format::file_index::{FileIndex, FileIndexEntry};
+use lakestream_format::keys::{self, IndexKey};
+use lakestream_format::{Entry, LogId, LogRef, SystemClock};
+use lakestream_meta::lease::{self, SeededTokens};
+use lakestream_meta::{
+    Comparison, InMemoryStore, MetaError, MetaResult, MetaStore, PutCondition, Record, Session, WriteResult,
+};
+use lakestream_objstore::{
+    FaultConfig, FaultyStore, InMemoryStore as MemObjects, ObjectPath, ObjectStore, Operation,
+    OperationFaults,
+};
+use lakestream_reader::{ReadError, Reader, ReaderConfig, ReaderDeps};
+use lakestream_writer::{AppendError, Writer, WriterConfig, WriterDeps};
+
+struct Stack {
+    meta: Arc<dyn MetaStore>,
+    wal: Arc<dyn ObjectStore>,
+    compacted: Arc<dyn ObjectStore>,
+}
+
+fn stack() -> Stack {
+    Stack {
+        meta: Arc::new(InMemoryStore::new()),
+        wal: Arc::new(MemObjects::new(Arc::new(SystemClock))),
+        compacted: Arc::new(MemObjects::new(Arc::new(SystemClock))),
+    }
+}
+
+fn fast_config() -> WriterConfig {
+    WriterConfig { flush_window: Duration::from_millis(2), ..WriterConfig::default() }
+}
+
+fn writer(meta: Arc<dyn MetaStore>, wal: Arc<dyn ObjectStore>, seed: u64) -> Writer {
+    let deps = WriterDeps {
+        meta,
+        objects: wal,
+        clock: Arc::new(SystemClock),
+        tokens: Arc::new(SeededTokens::new(seed)),
+    };
+    Writer::start(fast_config(), deps).unwrap()
+}
+
+fn reader(s: &Stack) -> Reader {
+    let deps = ReaderDeps { meta: s.meta.clone(), wal: s.wal.clone(), compacted: s.compacted.clone() };
+    Reader::new(ReaderConfig::default(), deps).unwrap()
+}
+
+fn log_ref(id: u64) -> LogRef {
+    LogRef { log_id: LogId(id), namespace: "ns".into(), stream: "events".into() }
+}
+
+async fn read_all(reader: &Reader, log: &LogRef, from: u64) -> Vec<Entry> {
+    let mut out = Vec::new();
+    let mut next = from;
+    loop {
+        let batch = reader.read(log, next, 1 << 20, Duration::ZERO).await.unwrap();
+        if batch.entries.is_empty() {
+            return out;
+        }
+        next = batch.next_offset;
+        out.extend(batch.entries);
+    }
+}
+
+#[tokio::test]
+async fn concurrent_writers_on_one_log_get_disjoint_contiguous_offsets() {
+    // Goals: "concurrent appends receive disjoint, contiguous offset ranges in the store's
+    // commit order" — two writers, no leader.
+    let s = stack();
+    let w1 = writer(s.meta.clone(), s.wal.clone(), 1);
+    let w2 = writer(s.meta.clone(), s.wal.clone(), 2);
+    let log = LogId(7);
+    let mut tasks = Vec::new();
+    for i in 0..60u32 {
+        let w = if i % 2 == 0 { w1.clone() } else { w2.clone() };
+        tasks.push(tokio::spawn(async move {
+            let payload = Bytes::from(format!("entry-{i}"));
+            let ack = w.append(log, payload.clone(), 1 + i % 3).await.unwrap();
+            (ack, payload)
+        }));
+    }
+    let mut acks = Vec::new();
+    for t in tasks {
+        acks.push(t.await.unwrap());
+    }
+    acks.sort_by_key(|(a, _)| a.offset);
+    let mut expect = 0;
+    for (ack, _) in &acks {
+        assert_eq!(ack.offset, expect, "offsets must be contiguous and disjoint");
+        expect = ack.end_offset();
+    }
+    // Read back: byte-identical entries at the acknowledged offsets with their timestamps.
+    let r = reader(&s);
+    let got = read_all(&r, &log_ref(7), 0).await;
+    assert_eq!(got.len(), acks.len());
+    for (entry, (ack, payload)) in got.iter().zip(&acks) {
+        assert_eq!(
+            (entry.offset, entry.record_count, entry.timestamp_ms),
+            (ack.offset, ack.record_count, ack.timestamp_ms)
+        );
+        assert_eq!(&entry.payload, payload);
+    }
+    assert_eq!(r.next_offset(log).await.unwrap(), expect);
+    w1.close().await;
+    w2.close().await;
+    // Closing released the leases.
+    assert!(lease::list_leases(s.meta.as_ref(), log).await.unwrap().is_empty());
+}
+
+#[tokio::test]
+async fn a_wal_object_holds_at_most_the_configured_number_of_logs() {
+    let s = stack();
+    let deps = WriterDeps {
+        meta: s.meta.clone(),
+        objects: s.wal.clone(),
+        clock: Arc::new(SystemClock),
+        tokens: Arc::new(SeededTokens::new(3)),
+    };
+    let config =
+        WriterConfig { flush_window: Duration::from_millis(50), max_logs_per_object: 2, ..fast_config() };
+    let w = Writer::start(config, deps).unwrap();
+    let acks =
+        futures::future::join_all((0..6u64).map(|l| w.append(LogId(l), Bytes::from_static(b"x"), 1))).await;
+    assert!(acks.iter().all(Result::is_ok));
+    let objects: Vec<_> = futures::StreamExt::collect::<Vec<_>>(
+        s.wal.list(&lakestream_objstore::ObjectPrefix::new("").unwrap(), None),
+    )
+    .await;
+    assert!(objects.len() >= 3, "6 logs at 2 per object need at least 3 objects, got {}", objects.len());
+    for o in objects {
+        let bytes = s.wal.get(&o.unwrap().path).await.unwrap();
+        let object = lakestream_format::wal::WalObject::parse(bytes).unwrap();
+        assert!(object.index().sections().len() <= 2);
+    }
+    w.close().await;
+}
+
+#[tokio::test]
+async fn failed_object_write_publishes_no_index_record() {
+    // [Writer] If writing the object fails, the writer MUST NOT publish an index record for
+    // it, and MUST NOT report any of its entries as appended.
+    let s = stack();
+    let faults = FaultConfig::new(9)
+        .with(Operation::Put, OperationFaults { error_probability: 1.0, ..Default::default() });
+    let faulty: Arc<dyn ObjectStore> = Arc::new(FaultyStore::new(s.wal.clone(), faults));
+    let w = writer(s.meta.clone(), faulty, 4);
+    let err = w.append(LogId(3), Bytes::from_static(b"lost"), 1).await.unwrap_err();
+    assert!(matches!(err, AppendError::ObjectWriteFailed(_)), "{err}");
+    let records =
+        s.meta.scan("3", &keys::first_key(LogId(3)), &keys::last_key(LogId(3)), None).await.unwrap();
+    assert!(records.is_empty(), "no index record may exist: {records:?}");
+    w.close().await;
+}
+
+/// A metadata store whose sequenced puts take effect but report a lost response.
+#[derive(Debug)]
+struct LostResponses {
+    inner: Arc<dyn MetaStore>,
+    armed: AtomicBool,
+}
+
+#[async_trait]
+impl MetaStore for LostResponses {
+    async fn get_cmp(&self, p: &str, k: &str, c: Comparison) -> MetaResult<Option<Record>> {
+        self.inner.get_cmp(p, k, c).await
+    }
+    async fn put(&self, p: &str, k: &str, v: Bytes, c: PutCondition) -> MetaResult<WriteResult> {
+        self.inner.put(p, k, v, c).await
+    }
+    async fn delete(&self, p: &str, k: &str) -> MetaResult<bool> {
+        self.inner.delete(p, k).await
+    }
+    async fn delete_range(&self, p: &str, a: &str, b: &str) -> MetaResult<()> {
+        self.inner.delete_range(p, a, b).await
+    }
+    async fn sequenced_put(&self, p: &str, prefix: &str, d: &[u64], v: Bytes) -> MetaResult<WriteResult> {
+        let result = self.inner.sequenced_put(p, prefix, d, v).await;
+        if self.armed.load(Ordering::SeqCst) {
+            return Err(MetaError::OutcomeUnknown("response lost (injected)".into()));
+        }
+        result
+    }
+    async fn list(&self, p: &str, a: &str, b: &str) -> MetaResult<Vec<String>> {
+        self.inner.list(p, a, b).await
+    }
+    async fn scan(&self, p: &str, a: &str, b: &str, limit: Option<usize>) -> MetaResult<Vec<Record>> {
+        self.inner.scan(p, a, b, limit).await
+    }
+    async fn open_session(&self, timeout: Duration) -> MetaResult<Arc<dyn Session>> {
+        self.inner.open_session(timeout).await
+    }
+}
+
+#[tokio::test]
+async fn an_index_put_with_unknown_outcome_is_reported_as_unknown_not_failed() {
+    // Appending: "A sequenced put whose outcome is unknown … can have committed."
+    let s = stack();
+    let lossy = Arc::new(LostResponses { inner: s.meta.clone(), armed: AtomicBool::new(true) });
+    let w = writer(lossy.clone(), s.wal.clone(), 5);
+    let err = w.append(LogId(4), Bytes::from_static(b"maybe"), 2).await.unwrap_err();
+    assert!(matches!(err, AppendError::OutcomeUnknown { .. }), "{err}");
+    assert_eq!(err.class(), lakestream_format::ErrorClass::OutcomeUnknown);
+    // Here the put did commit: the entry is readable, which "unknown" allows.
+    let got = read_all(&reader(&s), &log_ref(4), 0).await;
+    assert_eq!(got.len(), 1);
+    assert_eq!(got[0].payload, Bytes::from_static(b"maybe"));
+    w.close().await;
+}
+
+#[tokio::test]
+async fn a_fenced_log_refuses_appends() {
+    // [Writer] If the fence exists … MUST delete its lease record and MUST NOT change the log.
+    let s = stack();
+    lease::fence(s.meta.as_ref(), LogId(5)).await.unwrap();
+    let w = writer(s.meta.clone(), s.wal.clone(), 6);
+    let err = w.append(LogId(5), Bytes::from_static(b"no"), 1).await.unwrap_err();
+    assert_eq!(err, AppendError::Fenced { log_id: LogId(5) });
+    assert!(lease::list_leases(s.meta.as_ref(), LogId(5)).await.unwrap().is_empty());
+    w.close().await;
+}
+
+#[tokio::test]
+async fn a_lost_session_fails_appends_clearly_and_a_new_lease_is_taken() {
+    let s = stack();
+    let mem = Arc::new(InMemoryStore::new());
+    let meta: Arc<dyn MetaStore> = mem.clone();
+    let w = writer(meta.clone(), s.wal.clone(), 7);
+    w.append(LogId(6), Bytes::from_static(b"a"), 1).await.unwrap();
+    let id = w.session_id().await.unwrap();
+    assert!(mem.expire_session(&id));
+    // The lease record vanished with the session; the next append takes a new lease.
+    let ack = w.append(LogId(6), Bytes::from_static(b"b"), 1).await.unwrap();
+    assert_eq!(ack.offset, 1);
+    assert_ne!(w.session_id().await.unwrap(), id);
+    w.close().await;
+}
+
+#[tokio::test]
+async fn soft_trim_caps_at_the_last_record_and_reads_skip_below_b() {
+    let s = stack();
+    let w = writer(s.meta.clone(), s.wal.clone(), 8);
+    let log = LogId(9);
+    for i in 0..5u32 {
+        w.append(log, Bytes::from(vec![i as u8; 3]), 2).await.unwrap(); // entries at 0,2,4,6,8
+    }
+    // Trim through 3: B' = min(4, start of last record = 8) = 4.
+    let t = w.soft_trim(log, 3).await.unwrap();
+    assert_eq!((t.marker, t.advanced), (4, true));
+    // Trim far past the end: capped at the start of the last record (8), keeping it in place.
+    let t = w.soft_trim(log, 100).await.unwrap();
+    assert_eq!((t.marker, t.advanced), (8, true));
+    // An older trim never decreases B, and reports the stored marker.
+    let t = w.soft_trim(log, 1).await.unwrap();
+    assert_eq!((t.marker, t.advanced), (8, false));
+    let r = reader(&s);
+    assert_eq!(r.trim_marker(log).await.unwrap(), 8);
+    assert_eq!(r.first_offset(log).await.unwrap(), 8);
+    // [Reader] MUST NOT return an entry that ends at or below B; reading from 0 starts at B.
+    let got = read_all(&r, &log_ref(9), 0).await;
+    assert_eq!(got.iter().map(|e| e.offset).collect::<Vec<_>>(), vec![8]);
+    // The next append continues from the greatest key.
+    assert_eq!(w.append(log, Bytes::from_static(b"z"), 1).await.unwrap().offset, 10);
+    w.close().await;
+}
+
+#[tokio::test]
+async fn soft_trim_of_a_log_without_records_changes_nothing() {
+    let s = stack();
+    let w = writer(s.meta.clone(), s.wal.clone(), 10);
+    let t = w.soft_trim(LogId(11), 5).await.unwrap();
+    assert_eq!((t.marker, t.advanced), (0, false));
+    assert!(s.meta.get("11", &keys::trim_marker_key(LogId(11))).await.unwrap().is_none());
+    w.close().await;
+}
+
+#[tokio::test]
+async fn a_read_inside_an_entry_returns_the_whole_entry() {
+    // R4: the first entry returned is the entry that holds o′, and it can start before o′.
+    let s = stack();
+    let w = writer(s.meta.clone(), s.wal.clone(), 11);
+    w.append(LogId(12), Bytes::from_static(b"first"), 4).await.unwrap();
+    w.append(LogId(12), Bytes::from_static(b"second"), 4).await.unwrap();
+    let batch = reader(&s).read(&log_ref(12), 5, 1, Duration::ZERO).await.unwrap();
+    assert_eq!(batch.entries.len(), 1);
+    assert_eq!((batch.entries[0].offset, batch.next_offset), (4, 8));
+    w.close().await;
+}
+
+#[tokio::test]
+async fn a_tail_read_waits_for_new_data() {
+    let s = stack();
+    let w = writer(s.meta.clone(), s.wal.clone(), 12);
+    let r = reader(&s);
+    let tail = {
+        let r = r.clone();
+        tokio::spawn(async move { r.read(&log_ref(13), 0, 1024, Duration::from_secs(10)).await })
+    };
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    w.append(LogId(13), Bytes::from_static(b"late"), 1).await.unwrap();
+    r.notify_appended();
+    let batch = tail.await.unwrap().unwrap();
+    assert_eq!(batch.entries[0].payload, Bytes::from_static(b"late"));
+    // And a read at the end with no wait returns at once, empty.
+    let empty = r.read(&log_ref(13), 1, 1024, Duration::ZERO).await.unwrap();
+    assert!(empty.entries.is_empty() && empty.next_offset == 1);
+    w.close().await;
+}
+
+/// A test helper following C1–C4: compacts every record of `log` into two Parquet files with
+/// companions, installs the PARQUET record under the last record's key and retires the rest.
+/// Returns the WAL objects the replaced records named.
+async fn compact_whole_log(s: &Stack, r: &Reader, log: &LogRef) -> Vec<String> {
+    let l = log.log_id;
+    let p = keys::partition(l);
+    let records = s.meta.scan(&p, &keys::first_key(l), &keys::last_key(l), None).await.unwrap();
+    let wal_names: Vec<String> = records
+        .iter()
+        .map(|r| match lakestream_format::entry_index::decode(&r.value).unwrap() {
+            lakestream_format::entry_index::IndexValue::Raw(raw) => raw.location,
+            other => panic!("C1: every record in the range must be RAW, got {other:?}"),
+        })
+        .collect();
+    let last = IndexKey::parse(&records.last().unwrap().key).unwrap();
+    let entries = read_all(r, log, 0).await; // C2 reads the range's entries
+    let split = entries.len() / 2;
+    let mut files = Vec::new();
+    let mut cumulative = 0u64;
+    for (i, part) in [&entries[..split], &entries[split..]].into_iter().enumerate() {
+        let name = format!("test-{}-{i}.parquet", l.0);
+        let data = compacted::write_compacted_file(
+            KNOWN_BINDINGS[0],
+            &name,
+            part.iter().map(|e| e.payload.clone()),
+            Default::default(),
+        )
+        .unwrap();
+        let rows: Vec<CompanionRow> = part
+            .iter()
+            .map(|e| {
+                cumulative += e.payload.len() as u64;
+                CompanionRow {
+                    offset: e.offset,
+                    record_count: e.record_count,
+                    timestamp_ms: e.timestamp_ms,
+                    entry_size: e.payload.len() as u32,
+                    cumulative_size: cumulative,
+                    schema_version: None,
+                }
+            })
+            .collect();
+        let index = companion::write_companion(&rows, Default::default()).unwrap();
+        let dir = format!("{}/{}", log.namespace, log.stream);
+        s.compacted.put(&ObjectPath::new(format!("{dir}/{name}")).unwrap(), Bytes::from(data)).await.unwrap();
+        let companion_name = compacted::companion_name(&name).unwrap();
+        s.compacted
+            .put(&ObjectPath::new(format!("{dir}/{companion_name}")).unwrap(), Bytes::from(index))
+            .await
+            .unwrap();
+        files.push(FileIndexEntry { last_offset: part.last().unwrap().end_offset() - 1, name });
+    }
+    let range = ParquetRange {
+        start: 0,
+        end: last.end_offset,
+        cumulative_start: 0,
+        cumulative_end: last.cumulative_size,
+    };
+    let value = EntryIndex::parquet(range, &FileIndex::new(files).unwrap()).unwrap().encode();
+    // C3: Get, then Put keeping the key. C4: DeleteRange(K(L,s+1,0), K(L,e-1,MAX)).
+    let key = last.encode();
+    assert!(s.meta.get(&p, &key).await.unwrap().is_some());
+    s.meta.put(&p, &key, Bytes::from(value), PutCondition::None).await.unwrap();
+    s.meta
+        .delete_range(&p, &keys::index_key(l, 1, 0), &keys::index_key(l, last.end_offset - 1, keys::MAX))
+        .await
+        .unwrap();
+    wal_names
+}
+
+#[tokio::test]
+async fn reads_cross_raw_and_parquet_records_with_the_same_bytes_and_timestamps() {
+    let s = stack();
+    let w = writer(s.meta.clone(), s.wal.clone(), 13);
+    let log = log_ref(14);
+    for i in 0..8u32 {
+        w.append(log.log_id, Bytes::from(format!("before-{i}")), 1 + i % 2).await.unwrap();
+    }
+    let r = reader(&s);
+    let before = read_all(&r, &log, 0).await;
+    compact_whole_log(&s, &r, &log).await;
+    for i in 0..3u32 {
+        w.append(log.log_id, Bytes::from(format!("after-{i}")), 1).await.unwrap();
+    }
+    let fresh = reader(&s); // no cached objects
+    let all = read_all(&fresh, &log, 0).await;
+    assert_eq!(&all[..before.len()], &before[..], "compaction preserves entries, offsets and timestamps");
+    assert_eq!(all.len(), before.len() + 3);
+    // A read that starts inside a compacted entry finds that entry's row (numeric floor).
+    let mid = before[3].offset + u64::from(before[3].record_count) - 1;
+    let batch = fresh.read(&log, mid, 1, Duration::ZERO).await.unwrap();
+    assert_eq!(batch.entries[0], before[3]);
+    w.close().await;
+}
+
+/// A metadata store that serves one scan from a snapshot taken earlier: a reader that resolved
+/// records before a compaction replaced them.
+#[derive(Debug)]
+struct StaleScanOnce {
+    inner: Arc<dyn MetaStore>,
+    snapshot: std::sync::Mutex<Option<Vec<Record>>>,
+}
+
+#[async_trait]
+impl MetaStore for StaleScanOnce {
+    async fn get_cmp(&self, p: &str, k: &str, c: Comparison) -> MetaResult<Option<Record>> {
+        self.inner.get_cmp(p, k, c).await
+    }
+    async fn put(&self, p: &str, k: &str, v: Bytes, c: PutCondition) -> MetaResult<WriteResult> {
+        self.inner.put(p, k, v, c).await
+    }
+    async fn delete(&self, p: &str, k: &str) -> MetaResult<bool> {
+        self.inner.delete(p, k).await
+    }
+    async fn delete_range(&self, p: &str, a: &str, b: &str) -> MetaResult<()> {
+        self.inner.delete_range(p, a, b).await
+    }
+    async fn sequenced_put(&self, p: &str, prefix: &str, d: &[u64], v: Bytes) -> MetaResult<WriteResult> {
+        self.inner.sequenced_put(p, prefix, d, v).await
+    }
+    async fn list(&self, p: &str, a: &str, b: &str) -> MetaResult<Vec<String>> {
+        self.inner.list(p, a, b).await
+    }
+    async fn scan(&self, p: &str, a: &str, b: &str, limit: Option<usize>) -> MetaResult<Vec<Record>> {
+        if let Some(stale) = self.snapshot.lock().unwrap().take() {
+            return Ok(stale);
+        }
+        self.inner.scan(p, a, b, limit).await
+    }
+    async fn open_session(&self, timeout: Duration) -> MetaResult<Arc<dyn Session>> {
+        self.inner.open_session(timeout).await
+    }
+}
+
+#[tokio::test]
+async fn a_missing_object_makes_the_reader_look_the_record_up_again() {
+    // [Reader] When the object that a record names does not exist, a reader SHOULD look up
+    // the covering record again before it reports an error.
+    let s = stack();
+    let w = writer(s.meta.clone(), s.wal.clone(), 14);
+    let log = log_ref(15);
+    for i in 0..4u32 {
+        w.append(log.log_id, Bytes::from(format!("e{i}")), 1).await.unwrap();
+    }
+    let p = keys::partition(log.log_id);
+    let stale =
+        s.meta.scan(&p, &keys::first_key(log.log_id), &keys::last_key(log.log_id), None).await.unwrap();
+    let r = reader(&s);
+    let wal_names = compact_whole_log(&s, &r, &log).await;
+    for name in wal_names {
+        s.wal.delete(&ObjectPath::new(name).unwrap()).await.unwrap(); // reclaimed
+    }
+    let meta: Arc<dyn MetaStore> =
+        Arc::new(StaleScanOnce { inner: s.meta.clone(), snapshot: std::sync::Mutex::new(Some(stale)) });
+    let deps = ReaderDeps { meta, wal: s.wal.clone(), compacted: s.compacted.clone() };
+    let cold = Reader::new(ReaderConfig::default(), deps).unwrap();
+    let got = read_all(&cold, &log, 0).await;
+    assert_eq!(got.len(), 4);
+    // Without a record to fall back on, the error names the missing object.
+    let deps = ReaderDeps {
+        meta: s.meta.clone(),
+        wal: Arc::new(MemObjects::new(Arc::new(SystemClock))),
+        compacted: Arc::new(MemObjects::new(Arc::new(SystemClock))),
+    };
+    let broken = Reader::new(ReaderConfig::default(), deps).unwrap();
+    let err = broken.read(&log, 0, 1024, Duration::ZERO).await.unwrap_err();
+    assert!(matches!(err, ReadError::MissingObject { .. }), "{err}");
+    w.close().await;
+}
+
+#[tokio::test]
+async fn fail_fast_backpressure_refuses_instead_of_growing_memory() {
+    let s = stack();
+    let faults = FaultConfig::new(1)
+        .with(Operation::Put, OperationFaults { delay: Duration::from_millis(300), ..Default::default() });
+    let slow: Arc<dyn ObjectStore> = Arc::new(FaultyStore::new(s.wal.clone(), faults));
+    let deps = WriterDeps {
+        meta: s.meta.clone(),
+        objects: slow,
+        clock: Arc::new(SystemClock),
+        tokens: Arc::new(SeededTokens::new(15)),
+    };
+    let config = WriterConfig {
+        max_in_flight_bytes: 1024,
+        max_entry_bytes: 1024,
+        backpressure: lakestream_writer::Backpressure::FailFast,
+        ..fast_config()
+    };
+    let w = Writer::start(config, deps).unwrap();
+    let first = {
+        let w = w.clone();
+        tokio::spawn(async move { w.append(LogId(16), Bytes::from(vec![0; 1000]), 1).await })
+    };
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let err = w.append(LogId(16), Bytes::from(vec![0; 100]), 1).await.unwrap_err();
+    assert_eq!(err, AppendError::Backpressure);
+    assert!(first.await.unwrap().is_ok());
+    w.close().await;
+}
+
+#[tokio::test]
+async fn the_index_cache_never_hides_new_records_or_a_covering_record() {
+    let s = stack();
+    let w = writer(s.meta.clone(), s.wal.clone(), 16);
+    let log = log_ref(17);
+    let r = reader(&s); // index cache on (default TTL)
+    for i in 0..3u32 {
+        w.append(log.log_id, Bytes::from(format!("a{i}")), 1).await.unwrap();
+    }
+    // Cache records from offset 2 on, then read from 0: the record covering 0 is not cached.
+    assert_eq!(r.read(&log, 2, 1024, Duration::ZERO).await.unwrap().entries.len(), 1);
+    assert_eq!(read_all(&r, &log, 0).await.len(), 3);
+    // New records are seen at once although older ones are cached.
+    w.append(log.log_id, Bytes::from_static(b"new"), 1).await.unwrap();
+    let got = read_all(&r, &log, 0).await;
+    assert_eq!(got.len(), 4);
+    assert_eq!(got[3].payload, Bytes::from_static(b"new"));
+    w.close().await;
+}

@@ -1,0 +1,142 @@
+//! Wiring: builds the metadata store, the object stores and the roles from a
+//! [`ServerConfig`]. The only place that knows every backend.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use lakestream_catalog::{Catalog, CatalogError};
+use lakestream_format::{Clock, SystemClock};
+use lakestream_meta::lease::RandomTokens;
+use lakestream_meta::{EmbeddedStore, InMemoryStore, MetaStore};
+use lakestream_meta_oxia::{OxiaConfig, OxiaStore};
+use lakestream_objstore::{LocalFsStore, ObjectRoot, ObjectStore};
+use lakestream_objstore_s3::S3Store;
+use lakestream_reader::{Reader, ReaderDeps};
+use lakestream_writer::{Writer, WriterDeps};
+
+use crate::config::{MetadataConfig, ObjectStoreConfig, ServerConfig};
+
+/// The running components of a service process.
+#[derive(Debug, Clone)]
+pub struct Stack {
+    /// The metadata store.
+    pub meta: Arc<dyn MetaStore>,
+    /// The WAL root.
+    pub wal: Arc<dyn ObjectStore>,
+    /// The compacted root.
+    pub compacted: Arc<dyn ObjectStore>,
+    /// The catalog.
+    pub catalog: Catalog,
+    /// The writer, when this process serves the writer role.
+    pub writer: Option<Writer>,
+    /// The reader, when this process serves the reader role.
+    pub reader: Option<Reader>,
+}
+
+/// Why a service could not start; names the component.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    /// The configuration is invalid.
+    #[error(transparent)]
+    Config(#[from] crate::config::ConfigError),
+    /// The metadata store could not be opened.
+    #[error("metadata store: {0}")]
+    Metadata(String),
+    /// An object store could not be opened.
+    #[error("object store {root}: {message}")]
+    Objects {
+        /// Which root (`storage.wal` or `storage.compacted`).
+        root: &'static str,
+        /// Why.
+        message: String,
+    },
+    /// The catalog could not be set up.
+    #[error("catalog: {0}")]
+    Catalog(#[from] CatalogError),
+}
+
+/// The namespace every deployment has, created at start if missing.
+pub const DEFAULT_NAMESPACE: &str = "default";
+
+impl Stack {
+    /// Opens every component named by `config`.
+    pub async fn open(config: &ServerConfig) -> Result<Stack, StartError> {
+        config.validate()?;
+        let clock: Arc<dyn Clock> = Arc::new(SystemClock);
+        let meta = open_meta(&config.metadata, clock.clone()).await?;
+        let wal = open_objects("storage.wal", &config.storage.wal)?;
+        let compacted = open_objects("storage.compacted", &config.storage.compacted)?;
+        let catalog = Catalog::new(meta.clone(), config.catalog.clone())?;
+        match catalog.create_namespace(DEFAULT_NAMESPACE, BTreeMap::new()).await {
+            Ok(_) | Err(CatalogError::NamespaceExists { .. }) => {}
+            Err(e) => return Err(e.into()),
+        }
+        let writer = if config.roles.writer {
+            let deps = WriterDeps {
+                meta: meta.clone(),
+                objects: wal.clone(),
+                clock: clock.clone(),
+                tokens: Arc::new(RandomTokens),
+            };
+            Some(Writer::start(config.writer.clone(), deps).map_err(|e| {
+                crate::config::ConfigError::Invalid { key: format!("writer.{}", e.field), message: e.rule }
+            })?)
+        } else {
+            None
+        };
+        let reader = if config.roles.reader {
+            let deps = ReaderDeps { meta: meta.clone(), wal: wal.clone(), compacted: compacted.clone() };
+            Some(Reader::new(config.reader.clone(), deps).map_err(|e| {
+                crate::config::ConfigError::Invalid { key: format!("reader.{}", e.field), message: e.rule }
+            })?)
+        } else {
+            None
+        };
+        Ok(Stack { meta, wal, compacted, catalog, writer, reader })
+    }
+
+    /// Graceful shutdown: publishes pending appends and releases the writer's leases.
+    pub async fn close(&self) {
+        if let Some(w) = &self.writer {
+            w.close().await;
+        }
+    }
+}
+
+async fn open_meta(config: &MetadataConfig, clock: Arc<dyn Clock>) -> Result<Arc<dyn MetaStore>, StartError> {
+    Ok(match config {
+        MetadataConfig::Memory => {
+            Arc::new(InMemoryStore::with_config(1, clock).map_err(|e| StartError::Metadata(e.to_string()))?)
+        }
+        MetadataConfig::Embedded { path } => {
+            if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+                std::fs::create_dir_all(dir)
+                    .map_err(|e| StartError::Metadata(format!("cannot create {}: {e}", dir.display())))?;
+            }
+            Arc::new(
+                EmbeddedStore::open_with_clock(path, clock)
+                    .await
+                    .map_err(|e| StartError::Metadata(e.to_string()))?,
+            )
+        }
+        MetadataConfig::Oxia { addresses, namespace, session_timeout, request_timeout, bearer_token } => {
+            let mut c = OxiaConfig::new(addresses.clone());
+            c.namespace = namespace.clone();
+            c.session_timeout = *session_timeout;
+            c.request_timeout = *request_timeout;
+            c.bearer_token = bearer_token.clone();
+            Arc::new(OxiaStore::connect(c).await.map_err(|e| StartError::Metadata(e.to_string()))?)
+        }
+    })
+}
+
+fn open_objects(root: &'static str, config: &ObjectStoreConfig) -> Result<Arc<dyn ObjectStore>, StartError> {
+    let err = |message: String| StartError::Objects { root, message };
+    Ok(match config {
+        ObjectStoreConfig::Local { dir, root: spec } => {
+            let parsed = ObjectRoot::parse(spec).map_err(|e| err(e.to_string()))?;
+            Arc::new(LocalFsStore::new(dir, parsed).map_err(|e| err(e.to_string()))?)
+        }
+        ObjectStoreConfig::S3(s3) => Arc::new(S3Store::new((**s3).clone()).map_err(|e| err(e.to_string()))?),
+    })
+}

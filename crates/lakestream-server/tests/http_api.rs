@@ -1,0 +1,264 @@
+//! The HTTP API over a real stack: the embedded metadata store and the local filesystem in a
+//! temporary directory, served on a loopback port and driven over TCP.
+
+use std::time::Duration;
+
+use base64::Engine as _;
+use base64::engine::general_purpose::STANDARD as BASE64;
+use http::StatusCode;
+use lakestream_server::{ServerConfig, Stack};
+use serde_json::{Value, json};
+
+struct Running {
+    base: String,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    task: tokio::task::JoinHandle<std::io::Result<()>>,
+    _dir: tempfile::TempDir,
+}
+
+async fn start() -> Running {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = ServerConfig::dev(dir.path(), "127.0.0.1:0".parse().unwrap());
+    config.writer.flush_window = Duration::from_millis(5);
+    config.http.max_body_bytes = 64 * 1024;
+    config.writer.max_entry_bytes = 32 * 1024;
+    config.writer.max_in_flight_bytes = 1 << 20;
+    let stack = Stack::open(&config).await.unwrap();
+    let (addr_tx, addr_rx) = tokio::sync::oneshot::channel();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let task = tokio::spawn(async move {
+        lakestream_server::serve(
+            &config,
+            stack,
+            move |addr| {
+                let _ = addr_tx.send(addr);
+            },
+            async move {
+                let _ = stopped.await;
+            },
+        )
+        .await
+    });
+    let addr = addr_rx.await.unwrap();
+    Running { base: format!("http://{addr}"), stop: Some(stop), task, _dir: dir }
+}
+
+/// A minimal HTTP/1.1 client over a TCP stream: enough for JSON requests in tests without
+/// another HTTP client dependency.
+async fn call(
+    base: &str,
+    method: &str,
+    path: &str,
+    content_type: &str,
+    body: &[u8],
+) -> (StatusCode, Vec<(String, String)>, Vec<u8>) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let host = base.trim_start_matches("http://");
+    let mut stream = tokio::net::TcpStream::connect(host).await.unwrap();
+    let head = format!(
+        "{method} {path} HTTP/1.1\r\nhost: {host}\r\ncontent-type: {content_type}\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
+        body.len()
+    );
+    stream.write_all(head.as_bytes()).await.unwrap();
+    stream.write_all(body).await.unwrap();
+    let mut raw = Vec::new();
+    stream.read_to_end(&mut raw).await.unwrap();
+    let split = raw.windows(4).position(|w| w == b"\r\n\r\n").expect("a complete response");
+    let head = String::from_utf8_lossy(&raw[..split]).to_string();
+    let mut lines = head.lines();
+    let status: u16 = lines.next().unwrap().split(' ').nth(1).unwrap().parse().unwrap();
+    let headers: Vec<(String, String)> = lines
+        .filter_map(|l| l.split_once(':').map(|(k, v)| (k.trim().to_ascii_lowercase(), v.trim().to_string())))
+        .collect();
+    let mut body = raw[split + 4..].to_vec();
+    if headers.iter().any(|(k, v)| k == "transfer-encoding" && v == "chunked") {
+        body = dechunk(&body);
+    }
+    (StatusCode::from_u16(status).unwrap(), headers, body)
+}
+
+fn dechunk(mut b: &[u8]) -> Vec<u8> {
+    let mut out = Vec::new();
+    loop {
+        let line_end = b.windows(2).position(|w| w == b"\r\n").unwrap();
+        let size = usize::from_str_radix(std::str::from_utf8(&b[..line_end]).unwrap().trim(), 16).unwrap();
+        b = &b[line_end + 2..];
+        if size == 0 {
+            return out;
+        }
+        out.extend_from_slice(&b[..size]);
+        b = &b[size + 2..];
+    }
+}
+
+async fn json_call(base: &str, method: &str, path: &str, body: Value) -> (StatusCode, Value) {
+    let (status, _, bytes) = call(base, method, path, "application/json", body.to_string().as_bytes()).await;
+    let value = if bytes.is_empty() { Value::Null } else { serde_json::from_slice(&bytes).unwrap() };
+    (status, value)
+}
+
+#[tokio::test]
+async fn produce_fetch_trim_over_http() {
+    let s = start().await;
+    let b = &s.base;
+    let (status, stream) =
+        json_call(b, "POST", "/v1/namespaces/default/streams", json!({"name": "orders", "partitions": 2}))
+            .await;
+    assert_eq!(status, StatusCode::CREATED, "{stream}");
+    assert_eq!(stream["partitions"], 2);
+
+    // A JSON batch of entries.
+    let body = json!({"entries": [
+        {"payload_base64": BASE64.encode(b"first"), "record_count": 2},
+        {"payload_base64": BASE64.encode(b"second")},
+    ]});
+    let (status, answer) =
+        json_call(b, "POST", "/v1/namespaces/default/streams/orders/partitions/1/entries", body).await;
+    assert_eq!(status, StatusCode::OK, "{answer}");
+    let offsets: Vec<u64> =
+        answer["entries"].as_array().unwrap().iter().map(|e| e["offset"].as_u64().unwrap()).collect();
+    let mut sorted = offsets.clone();
+    sorted.sort();
+    assert!(sorted == vec![0, 1] || sorted == vec![0, 2], "{offsets:?}");
+
+    // A raw single entry.
+    let (status, _, raw) = call(
+        b,
+        "POST",
+        "/v1/namespaces/default/streams/orders/partitions/1/entries?record_count=3",
+        "application/octet-stream",
+        b"\x00raw\xff",
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{}", String::from_utf8_lossy(&raw));
+
+    let (status, fetched) = json_call(
+        b,
+        "GET",
+        "/v1/namespaces/default/streams/orders/partitions/1/entries?offset=0",
+        Value::Null,
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK);
+    let entries = fetched["entries"].as_array().unwrap();
+    assert_eq!(entries.len(), 3);
+    assert_eq!(fetched["next_offset"], 6);
+    assert_eq!(BASE64.decode(entries[2]["payload_base64"].as_str().unwrap()).unwrap(), b"\x00raw\xff");
+
+    let (_, offs) =
+        json_call(b, "GET", "/v1/namespaces/default/streams/orders/partitions/1/offsets", Value::Null).await;
+    assert_eq!((offs["first_offset"].as_u64(), offs["next_offset"].as_u64()), (Some(0), Some(6)));
+
+    let (status, trimmed) = json_call(
+        b,
+        "POST",
+        "/v1/namespaces/default/streams/orders/partitions/1/trim",
+        json!({"through": 1}),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{trimmed}");
+    assert_eq!(trimmed["trim_marker"], 2);
+
+    let (_, metrics, text) = call(b, "GET", "/metrics", "text/plain", b"").await;
+    assert!(metrics.iter().any(|(k, v)| k == "content-type" && v.starts_with("text/plain")));
+    assert!(String::from_utf8_lossy(&text).contains("lakestream_appended_entries_total 3"));
+    let _ = s.stop.is_some();
+    stop(s).await;
+}
+
+#[tokio::test]
+async fn errors_have_precise_status_codes_and_name_the_problem() {
+    let s = start().await;
+    let b = &s.base;
+    json_call(b, "POST", "/v1/namespaces/default/streams", json!({"name": "t"})).await;
+
+    // 404: unknown stream, unknown partition.
+    let (status, e) =
+        json_call(b, "GET", "/v1/namespaces/default/streams/nope/partitions/0/entries", Value::Null).await;
+    assert_eq!(status, StatusCode::NOT_FOUND, "{e}");
+    let (status, e) =
+        json_call(b, "GET", "/v1/namespaces/default/streams/t/partitions/7/offsets", Value::Null).await;
+    assert_eq!(status, StatusCode::NOT_FOUND, "{e}");
+    assert!(e["error"]["message"].as_str().unwrap().contains("no partition 7"));
+
+    // 400: malformed fields, named.
+    let (status, e) = json_call(
+        b,
+        "POST",
+        "/v1/namespaces/default/streams/t/partitions/0/entries",
+        json!({"entries": [{"payload_base64": "!!"}]}),
+    )
+    .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    assert!(e["error"]["message"].as_str().unwrap().contains("entries[0].payload_base64"), "{e}");
+    let (status, e) = json_call(b, "POST", "/v1/namespaces/default/streams", json!({"name": "a/b"})).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{e}");
+    let (status, _) =
+        json_call(b, "POST", "/v1/namespaces/default/streams/t/partitions/x/entries", json!({})).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+
+    // 413: an entry over the limit, and a body over the limit; nothing is written.
+    let big = vec![7u8; 40 * 1024];
+    let (status, _, _) = call(
+        b,
+        "POST",
+        "/v1/namespaces/default/streams/t/partitions/0/entries",
+        "application/octet-stream",
+        &big,
+    )
+    .await;
+    assert_eq!(status, StatusCode::PAYLOAD_TOO_LARGE);
+    let huge = vec![7u8; 80 * 1024];
+    let (status, _, _) = call(
+        b,
+        "POST",
+        "/v1/namespaces/default/streams/t/partitions/0/entries",
+        "application/octet-stream",
+        &huge,
+    )
+    .await;
+    assert_eq!(status, StatusCode::PAYLOAD_TOO_LARGE);
+    let (_, offs) =
+        json_call(b, "GET", "/v1/namespaces/default/streams/t/partitions/0/offsets", Value::Null).await;
+    assert_eq!(offs["next_offset"], 0, "nothing may be written by refused requests");
+
+    // 409: a dropped identity cannot be created again.
+    let (status, _) = json_call(b, "DELETE", "/v1/namespaces/default/streams/t", Value::Null).await;
+    assert_eq!(status, StatusCode::NO_CONTENT);
+    let (status, e) = json_call(b, "POST", "/v1/namespaces/default/streams", json!({"name": "t"})).await;
+    assert_eq!(status, StatusCode::CONFLICT, "{e}");
+    stop(s).await;
+}
+
+async fn stop(mut s: Running) {
+    s.stop.take().unwrap().send(()).unwrap();
+    s.task.await.unwrap().unwrap();
+}
+
+#[tokio::test]
+async fn acknowledged_entries_survive_a_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = ServerConfig::dev(dir.path(), "127.0.0.1:0".parse().unwrap());
+    config.writer.flush_window = Duration::from_millis(2);
+    {
+        let stack = Stack::open(&config).await.unwrap();
+        let stream = stack.catalog.create_stream("default", "durable", 1, Default::default()).await.unwrap();
+        let w = stack.writer.clone().unwrap();
+        for i in 0..5u8 {
+            w.append(stream.logs[0], bytes::Bytes::from(vec![i; 10]), 1).await.unwrap();
+        }
+        stack.close().await;
+    }
+    let stack = Stack::open(&config).await.unwrap();
+    let stream = stack.catalog.get_stream("default", "durable").await.unwrap();
+    let batch = stack
+        .reader
+        .clone()
+        .unwrap()
+        .read(&stream.log_ref(0).unwrap(), 0, 1 << 20, Duration::ZERO)
+        .await
+        .unwrap();
+    assert_eq!(batch.entries.len(), 5);
+    assert_eq!(batch.entries[4].payload.as_ref(), &[4u8; 10]);
+    stack.close().await;
+}

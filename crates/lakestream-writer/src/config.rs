@@ -1,0 +1,139 @@
+//! Writer settings: what a deployment tunes, each with its cost.
+
+use std::time::Duration;
+
+use serde::Deserialize;
+
+/// What an append does when the writer already holds `max_in_flight_bytes` of unacknowledged
+/// payload.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum Backpressure {
+    /// Wait until earlier appends complete (the default).
+    #[default]
+    Wait,
+    /// Fail at once with [`crate::AppendError::Backpressure`], so the caller can shed load
+    /// (services answer 503 with Retry-After).
+    FailFast,
+}
+
+/// Settings of a [`crate::Writer`]. Every field has a default; `validate()` names a bad one.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct WriterConfig {
+    /// How long entries wait for company before their WAL object is written. Longer windows
+    /// mean fewer, larger PUTs (cheaper storage requests) and higher acknowledgement latency.
+    /// Default 250 ms; at least 1 ms.
+    #[serde(with = "humantime_serde")]
+    pub flush_window: Duration,
+    /// A WAL object is written as soon as its payload reaches this size. Default 4 MiB. An
+    /// entry larger than this gets an object of its own.
+    pub flush_bytes: usize,
+    /// The most logs one WAL object holds. Default 4, as Ursa. More logs per object mean
+    /// fewer PUTs under many-log load; each log costs one index put per object either way.
+    pub max_logs_per_object: usize,
+    /// How many WAL objects may be uploading at once. Default 4. More overlap hides PUT
+    /// latency at the cost of memory (bounded by `max_in_flight_bytes`).
+    pub max_concurrent_uploads: usize,
+    /// The most unacknowledged payload bytes the writer holds. Default 64 MiB.
+    pub max_in_flight_bytes: usize,
+    /// What an append does when the in-flight bound is reached.
+    pub backpressure: Backpressure,
+    /// The largest entry accepted. Default 16 MiB; at most 2³¹ − 1 (a varint32).
+    pub max_entry_bytes: usize,
+    /// The metadata-store session timeout that backs the writer's leases. Default 15 s:
+    /// a crashed writer's leases vanish this long after its last keep-alive.
+    #[serde(with = "humantime_serde")]
+    pub session_timeout: Duration,
+    /// How many times a soft trim re-reads the marker after losing a compare-and-set.
+    pub trim_retries: u32,
+}
+
+impl Default for WriterConfig {
+    fn default() -> Self {
+        WriterConfig {
+            flush_window: Duration::from_millis(250),
+            flush_bytes: 4 << 20,
+            max_logs_per_object: 4,
+            max_concurrent_uploads: 4,
+            max_in_flight_bytes: 64 << 20,
+            backpressure: Backpressure::Wait,
+            max_entry_bytes: 16 << 20,
+            session_timeout: Duration::from_secs(15),
+            trim_retries: 8,
+        }
+    }
+}
+
+/// A setting that is out of range: names the field and the rule.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("writer setting `{field}`: {rule}")]
+pub struct ConfigError {
+    /// The field.
+    pub field: &'static str,
+    /// The rule it breaks.
+    pub rule: String,
+}
+
+impl WriterConfig {
+    /// Checks every setting against its rule.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let bad = |field, rule: &str| Err(ConfigError { field, rule: rule.to_string() });
+        if self.flush_window < Duration::from_millis(1) {
+            return bad("flush_window", "must be at least 1ms");
+        }
+        if self.flush_bytes == 0 {
+            return bad("flush_bytes", "must be greater than 0");
+        }
+        if self.max_logs_per_object == 0 {
+            return bad("max_logs_per_object", "must be at least 1");
+        }
+        if self.max_concurrent_uploads == 0 {
+            return bad("max_concurrent_uploads", "must be at least 1");
+        }
+        if self.max_entry_bytes == 0 || self.max_entry_bytes > i32::MAX as usize {
+            return bad("max_entry_bytes", "must be between 1 and 2147483647 (a varint32)");
+        }
+        if self.max_in_flight_bytes < self.max_entry_bytes {
+            return bad(
+                "max_in_flight_bytes",
+                "must be at least max_entry_bytes, or a large entry could never be admitted",
+            );
+        }
+        if self.session_timeout < Duration::from_secs(2) || self.session_timeout > Duration::from_secs(300) {
+            return bad("session_timeout", "must be between 2s and 5min (Oxia's bounds)");
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_are_valid_and_match_the_documented_values() {
+        let c = WriterConfig::default();
+        c.validate().unwrap();
+        assert_eq!(c.flush_window, Duration::from_millis(250));
+        assert_eq!(c.flush_bytes, 4 << 20);
+        assert_eq!(c.max_logs_per_object, 4);
+    }
+
+    #[test]
+    fn bad_settings_name_the_field() {
+        let c = WriterConfig { flush_window: Duration::ZERO, ..Default::default() };
+        assert_eq!(c.validate().unwrap_err().field, "flush_window");
+        let c = WriterConfig { max_entry_bytes: usize::MAX, ..Default::default() };
+        assert_eq!(c.validate().unwrap_err().field, "max_entry_bytes");
+    }
+
+    #[test]
+    fn parses_human_readable_durations() {
+        let c: WriterConfig =
+            serde_json::from_str(r#"{"flush_window":"10ms","backpressure":"fail_fast"}"#).unwrap();
+        assert_eq!(c.flush_window, Duration::from_millis(10));
+        assert_eq!(c.backpressure, Backpressure::FailFast);
+        assert!(serde_json::from_str::<WriterConfig>(r#"{"flush_windo":"10ms"}"#).is_err());
+    }
+}

@@ -1,0 +1,91 @@
+//! Soft trim ("Trim, deletion and reclamation", Soft trim): advance the trim marker B.
+//!
+//! `B′ = min(o + 1, start of the log's last index record)`, written with CreateIfAbsent when
+//! no marker exists and with CompareAndSet on the version read otherwise, under the writer's
+//! lease on the log. Capping B′ at the start of the last record keeps that record — the log's
+//! greatest key — in place, so the next sequenced put continues from it. Unlike Ursa (addendum
+//! §12, row 3) we return the marker actually stored, and an error when ours was not written.
+
+use bytes::Bytes;
+use lakestream_format::keys::{self, IndexKey};
+use lakestream_format::{LogId, Offset, entry_index};
+use lakestream_meta::{Comparison, MetaError, PutCondition};
+
+use crate::error::{AppendError, TrimError};
+use crate::writer::Writer;
+
+/// The result of a soft trim.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TrimOutcome {
+    /// The trim marker B stored after the trim.
+    pub marker: Offset,
+    /// Whether this call advanced it (false when the marker was already at or past B′, or the
+    /// log has no index records).
+    pub advanced: bool,
+}
+
+impl Writer {
+    /// Soft-trims `log_id` through offset `through`, inclusive: offsets up to `through` become
+    /// unreadable (as far as the log's last record allows).
+    pub async fn soft_trim(&self, log_id: LogId, through: Offset) -> Result<TrimOutcome, TrimError> {
+        self.lease(log_id).await.map_err(|e| match e {
+            AppendError::Fenced { log_id } => TrimError::Fenced { log_id },
+            AppendError::Lease { source, .. } => TrimError::Meta { log_id, source },
+            other => TrimError::Meta { log_id, source: MetaError::Unavailable(other.to_string()) },
+        })?;
+        let meta = self.meta();
+        let partition = keys::partition(log_id);
+        let meta_err = |source| TrimError::Meta { log_id, source };
+        let corrupt = |detail: String| TrimError::Corrupt { log_id, detail };
+
+        let marker_key = keys::trim_marker_key(log_id);
+        let read_marker = || async {
+            match meta.get(&partition, &marker_key).await.map_err(meta_err)? {
+                None => Ok((0, None)),
+                Some(r) => keys::decode_trim_marker(&r.value)
+                    .map(|b| (b, Some(r.version)))
+                    .map_err(|e| corrupt(format!("trim marker: {e}"))),
+            }
+        };
+
+        let last =
+            meta.get_cmp(&partition, &keys::last_key(log_id), Comparison::Floor).await.map_err(meta_err)?;
+        let Some(last) = last.filter(|r| keys::is_index_key_of(&r.key, log_id)) else {
+            // A soft trim of a log that has no index records changes nothing.
+            let (marker, _) = read_marker().await?;
+            return Ok(TrimOutcome { marker, advanced: false });
+        };
+        let key = IndexKey::parse(&last.key).map_err(|e| corrupt(e.to_string()))?;
+        let value =
+            entry_index::decode(&last.value).map_err(|e| corrupt(format!("record {}: {e}", last.key)))?;
+        let last_start = key.end_offset.checked_sub(u64::from(value.message_count())).ok_or_else(|| {
+            corrupt(format!(
+                "record {} holds {} records, more than its end offset",
+                last.key,
+                value.message_count()
+            ))
+        })?;
+        let target = through.saturating_add(1).min(last_start);
+
+        let attempts = self.config().trim_retries.max(1);
+        for _ in 0..attempts {
+            let (current, version) = read_marker().await?;
+            if target <= current {
+                return Ok(TrimOutcome { marker: current, advanced: false });
+            }
+            let condition = match version {
+                None => PutCondition::IfAbsent,
+                Some(v) => PutCondition::IfVersion(v),
+            };
+            let value = Bytes::from(keys::encode_trim_marker(target));
+            match meta.put(&partition, &marker_key, value, condition).await {
+                Ok(_) => return Ok(TrimOutcome { marker: target, advanced: true }),
+                // Another trim changed the marker, or our write may have landed: read again.
+                Err(MetaError::KeyExists { .. } | MetaError::VersionMismatch { .. }) => continue,
+                Err(e) if matches!(e.class(), lakestream_format::ErrorClass::OutcomeUnknown) => continue,
+                Err(e) => return Err(meta_err(e)),
+            }
+        }
+        Err(TrimError::Contended { log_id, attempts })
+    }
+}

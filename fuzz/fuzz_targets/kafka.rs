@@ -1,0 +1,19 @@
+//! Kafka binding: payload validation never panics; an accepted payload has at least one
+//! record and rewrites to the same length; an accepted stream name rebuilds itself.
+#![no_main]
+
+use lakestream_format::kafka::{Limits, assign_offsets, count_records_with, parse_stream_name, stream_name};
+use libfuzzer_sys::fuzz_target;
+
+fuzz_target!(|data: &[u8]| {
+    if let Ok(count) = count_records_with(data, Limits { max_decompressed_bytes: 1 << 20 }) {
+        assert!(count > 0);
+        let rewritten = assign_offsets(data, 1_000_000).expect("an accepted payload rewrites");
+        assert_eq!(rewritten.len(), data.len());
+    }
+    if let Ok(text) = std::str::from_utf8(data)
+        && let Ok(parsed) = parse_stream_name(text)
+    {
+        assert_eq!(stream_name(&parsed.topic, &parsed.topic_id).expect("parsed parts are valid"), text);
+    }
+});
