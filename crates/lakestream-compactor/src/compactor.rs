@@ -589,10 +589,13 @@ impl Compactor {
         let lease = self.acquire_lease(claim).await?;
         let result = async {
             for r in repairs {
-                let covered = records
+                // Collected before the await: a lazy iterator of closures held across it makes
+                // the future's Send bound not general enough for `tokio::spawn`.
+                let covered: Vec<&str> = records
                     .iter()
                     .filter(|x| x.end() > r.start && x.end() < r.end)
-                    .filter_map(IndexRecord::wal_object);
+                    .filter_map(IndexRecord::wal_object)
+                    .collect();
                 self.retire(claim.log_id, *r, covered, &lease).await?;
                 progress(&Progress::RetireRepaired { log_id: claim.log_id, start: r.start, end: r.end });
             }

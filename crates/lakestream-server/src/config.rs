@@ -9,6 +9,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use lakestream_catalog::CatalogConfig;
+use lakestream_compactor::CompactorConfig;
 use lakestream_objstore_s3::S3Config;
 use lakestream_reader::ReaderConfig;
 use lakestream_writer::WriterConfig;
@@ -32,6 +33,30 @@ pub struct ServerConfig {
     pub reader: ReaderConfig,
     /// Catalog settings.
     pub catalog: CatalogConfig,
+    /// Compactor settings (used when `roles.compactor` is on).
+    pub compactor: CompactorConfig,
+    /// How often the compactor role runs its passes.
+    pub compactor_schedule: CompactorSchedule,
+}
+
+/// When the compactor role runs.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct CompactorSchedule {
+    /// Time between compaction passes over every log. Default 10 s. A pass compacts only
+    /// ranges that are closed (by size or age), so frequent passes are cheap.
+    #[serde(with = "humantime_serde")]
+    pub interval: Duration,
+    /// Time between reclamation passes (WAL objects and orphaned compacted files). Default
+    /// 5 min; reclamation lists object storage when `compactor.orphan_scan` is on.
+    #[serde(with = "humantime_serde")]
+    pub gc_interval: Duration,
+}
+
+impl Default for CompactorSchedule {
+    fn default() -> Self {
+        CompactorSchedule { interval: Duration::from_secs(10), gc_interval: Duration::from_secs(300) }
+    }
 }
 
 /// The HTTP API's settings.
@@ -67,11 +92,14 @@ pub struct RolesConfig {
     pub reader: bool,
     /// Create, list and drop namespaces and streams.
     pub catalog: bool,
+    /// Compact every log and reclaim storage in the background. Several compactor processes
+    /// may run side by side; they coordinate through the metadata store.
+    pub compactor: bool,
 }
 
 impl Default for RolesConfig {
     fn default() -> Self {
-        RolesConfig { writer: true, reader: true, catalog: true }
+        RolesConfig { writer: true, reader: true, catalog: true, compactor: true }
     }
 }
 
@@ -277,6 +305,21 @@ impl ServerConfig {
         self.writer.validate().map_err(|e| invalid(&format!("writer.{}", e.field), &e.rule))?;
         self.reader.validate().map_err(|e| invalid(&format!("reader.{}", e.field), &e.rule))?;
         self.catalog.validate().map_err(|e| invalid("catalog", &e))?;
+        self.compactor.validate().map_err(|e| invalid(&format!("compactor.{}", e.field), &e.rule))?;
+        // A reader may serve a cached index record for its TTL; the objects it names must
+        // outlive that (spec: WAL objects are kept for a grace period after their last record).
+        if self.reader.index_cache_ttl > self.compactor.reader_index_cache_ttl {
+            return Err(invalid(
+                "reader.index_cache_ttl",
+                &format!(
+                    "{:?} exceeds compactor.reader_index_cache_ttl ({:?}), which the WAL grace period is checked against",
+                    self.reader.index_cache_ttl, self.compactor.reader_index_cache_ttl
+                ),
+            ));
+        }
+        if self.compactor_schedule.interval.is_zero() || self.compactor_schedule.gc_interval.is_zero() {
+            return Err(invalid("compactor_schedule", &"intervals must be greater than 0"));
+        }
         if self.http.max_body_bytes == 0 {
             return Err(invalid("http.max_body_bytes", &"must be greater than 0"));
         }
@@ -302,11 +345,18 @@ mod tests {
 
     #[test]
     fn the_example_files_parse_and_validate() {
-        for name in ["dev.toml", "writer.toml", "reader.toml"] {
+        for name in ["dev.toml", "writer.toml", "reader.toml", "compactor.toml"] {
             let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../deploy").join(name);
             let config = ServerConfig::from_file(&path).unwrap_or_else(|e| panic!("{e}"));
             config.validate().unwrap_or_else(|e| panic!("{name}: {e}"));
         }
+    }
+
+    #[test]
+    fn a_reader_cache_longer_than_the_grace_checks_allow_is_refused() {
+        let mut config = ServerConfig::default();
+        config.reader.index_cache_ttl = config.compactor.reader_index_cache_ttl + Duration::from_secs(1);
+        assert!(config.validate().unwrap_err().to_string().contains("reader.index_cache_ttl"));
     }
 
     #[test]

@@ -6,6 +6,7 @@
 //! appends are published and leases released).
 #![deny(missing_docs)]
 
+mod compaction;
 pub mod config;
 pub mod http;
 pub mod metrics;
@@ -26,8 +27,18 @@ pub async fn serve(
 ) -> std::io::Result<()> {
     let listener = tokio::net::TcpListener::bind(config.http.addr).await?;
     on_listening(listener.local_addr()?);
+    let (stop, stopped) = tokio::sync::watch::channel(false);
+    let compaction = stack
+        .compactor
+        .clone()
+        .map(|c| tokio::spawn(compaction::run(stack.clone(), c, config.compactor_schedule.clone(), stopped)));
     let app = http::router(http::AppState::new(stack.clone(), config.http.clone()));
     let result = axum::serve(listener, app).with_graceful_shutdown(shutdown).await;
+    // Let a running compaction pass finish its step, then stop the loop before the writer.
+    let _ = stop.send(true);
+    if let Some(task) = compaction {
+        let _ = task.await;
+    }
     stack.close().await;
     result
 }

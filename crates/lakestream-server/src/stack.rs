@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use lakestream_catalog::{Catalog, CatalogError};
+use lakestream_compactor::{Compactor, CompactorDeps};
 use lakestream_format::{Clock, SystemClock};
 use lakestream_meta::lease::RandomTokens;
 use lakestream_meta::{EmbeddedStore, InMemoryStore, MetaStore};
@@ -31,6 +32,8 @@ pub struct Stack {
     pub writer: Option<Writer>,
     /// The reader, when this process serves the reader role.
     pub reader: Option<Reader>,
+    /// The compactor, when this process serves the compactor role.
+    pub compactor: Option<Compactor>,
 }
 
 /// Why a service could not start; names the component.
@@ -50,6 +53,9 @@ pub enum StartError {
         /// Why.
         message: String,
     },
+    /// The compactor could not be set up.
+    #[error("compactor: {0}")]
+    Compactor(String),
     /// The catalog could not be set up.
     #[error("catalog: {0}")]
     Catalog(#[from] CatalogError),
@@ -92,7 +98,50 @@ impl Stack {
         } else {
             None
         };
-        Ok(Stack { meta, wal, compacted, catalog, writer, reader })
+        let compactor = if config.roles.compactor {
+            let deps = CompactorDeps {
+                meta: meta.clone(),
+                wal: wal.clone(),
+                compacted: compacted.clone(),
+                clock: clock.clone(),
+                tokens: Arc::new(RandomTokens),
+            };
+            Some(
+                Compactor::new(config.compactor.clone(), deps)
+                    .map_err(|e| StartError::Compactor(e.to_string()))?,
+            )
+        } else {
+            None
+        };
+        Ok(Stack { meta, wal, compacted, catalog, writer, reader, compactor })
+    }
+
+    /// Every log of every live stream, from the catalog, for a compaction pass.
+    pub async fn all_logs(&self) -> Result<Vec<lakestream_format::LogRef>, CatalogError> {
+        const PAGE: usize = 500;
+        let mut logs = Vec::new();
+        let mut ns_after: Option<String> = None;
+        loop {
+            let namespaces = self.catalog.list_namespaces(ns_after.as_deref(), PAGE).await?;
+            let names: Vec<String> = namespaces.items.into_iter().map(|ns| ns.name).collect();
+            for ns in names {
+                let mut after: Option<String> = None;
+                loop {
+                    let streams = self.catalog.list_streams(&ns, after.as_deref(), PAGE).await?;
+                    for stream in streams.items {
+                        logs.extend((0..stream.partition_count()).filter_map(|p| stream.log_ref(p)));
+                    }
+                    match streams.next_page {
+                        Some(next) => after = Some(next),
+                        None => break,
+                    }
+                }
+            }
+            match namespaces.next_page {
+                Some(next) => ns_after = Some(next),
+                None => return Ok(logs),
+            }
+        }
     }
 
     /// Graceful shutdown: publishes pending appends and releases the writer's leases.

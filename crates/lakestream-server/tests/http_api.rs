@@ -262,3 +262,73 @@ async fn acknowledged_entries_survive_a_restart() {
     assert_eq!(batch.entries[4].payload.as_ref(), &[4u8; 10]);
     stack.close().await;
 }
+
+#[tokio::test]
+async fn the_compactor_role_compacts_in_the_background_and_reads_stay_identical() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = ServerConfig::dev(dir.path(), "127.0.0.1:0".parse().unwrap());
+    config.writer.flush_window = Duration::from_millis(2);
+    config.compactor.max_range_age = Duration::from_millis(200);
+    config.compactor_schedule.interval = Duration::from_millis(100);
+    let stack = Stack::open(&config).await.unwrap();
+    let stream = stack.catalog.create_stream("default", "compacted", 1, Default::default()).await.unwrap();
+    let log = stream.log_ref(0).unwrap();
+    let w = stack.writer.clone().unwrap();
+    for i in 0..20u32 {
+        w.append(log.log_id, bytes::Bytes::from(format!("entry-{i}")), 1 + i % 3).await.unwrap();
+    }
+    let reader = stack.reader.clone().unwrap();
+    let before = reader.read(&log, 0, 1 << 20, Duration::ZERO).await.unwrap().entries;
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let serving = {
+        let stack = stack.clone();
+        tokio::spawn(async move {
+            lakestream_server::serve(&config, stack, |_| {}, async move {
+                let _ = stop_rx.await;
+            })
+            .await
+        })
+    };
+    // Wait (bounded) until the log's records are PARQUET records.
+    let p = lakestream_format::keys::partition(log.log_id);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let records = stack
+            .meta
+            .scan(
+                &p,
+                &lakestream_format::keys::first_key(log.log_id),
+                &lakestream_format::keys::last_key(log.log_id),
+                None,
+            )
+            .await
+            .unwrap();
+        let parquet = records.iter().all(|r| {
+            matches!(
+                lakestream_format::entry_index::decode(&r.value),
+                Ok(lakestream_format::entry_index::IndexValue::Parquet(_))
+            )
+        });
+        if parquet && !records.is_empty() {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the compactor role did not compact the log within 30 s"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let fresh = lakestream_reader::Reader::new(
+        lakestream_reader::ReaderConfig::default(),
+        lakestream_reader::ReaderDeps {
+            meta: stack.meta.clone(),
+            wal: stack.wal.clone(),
+            compacted: stack.compacted.clone(),
+        },
+    )
+    .unwrap();
+    let after = fresh.read(&log, 0, 1 << 20, Duration::ZERO).await.unwrap().entries;
+    assert_eq!(after, before, "compaction keeps every entry's bytes, offsets and timestamps");
+    stop_tx.send(()).unwrap();
+    serving.await.unwrap().unwrap();
+}
