@@ -21,11 +21,16 @@ use lakestream_server::{ServerConfig, Stack};
 
 fn arg(name: &str, default: &str) -> String {
     let argv: Vec<String> = std::env::args().collect();
-    argv.iter().position(|a| a == name).and_then(|i| argv.get(i + 1).cloned()).unwrap_or_else(|| default.to_string())
+    argv.iter()
+        .position(|a| a == name)
+        .and_then(|i| argv.get(i + 1).cloned())
+        .unwrap_or_else(|| default.to_string())
 }
 
 fn s3(prefix: String) -> S3Config {
-    let var = |n: &str| std::env::var(n).unwrap_or_else(|_| panic!("{n} is not set (start s3s-fs: scripts/servers.sh)"));
+    let var = |n: &str| {
+        std::env::var(n).unwrap_or_else(|_| panic!("{n} is not set (start s3s-fs: scripts/servers.sh)"))
+    };
     S3Config {
         bucket: var("LAKESTREAM_TEST_S3_BUCKET"),
         prefix: Some(prefix),
@@ -72,7 +77,11 @@ async fn main() {
         config.storage.compacted = ObjectStoreConfig::S3(Box::new(s3(format!("bench-{run}/compacted"))));
     }
     let stack = Stack::open(&config).await.expect("stack");
-    let stream = stack.catalog.create_stream("default", "bench", logs_n as u32, Default::default()).await.expect("stream");
+    let stream = stack
+        .catalog
+        .create_stream("default", "bench", logs_n as u32, Default::default())
+        .await
+        .expect("stream");
     let logs: Vec<LogRef> = (0..logs_n as usize).map(|p| stream.log_ref(p).unwrap()).collect();
     let w = stack.writer.clone().unwrap();
     let payload = Bytes::from(vec![0x42u8; entry_bytes]);
@@ -99,13 +108,17 @@ async fn main() {
     }
     let raw_mbs = raw_bytes as f64 / started.elapsed().as_secs_f64() / 1e6;
 
-    let deps = ReaderDeps { meta: stack.meta.clone(), wal: stack.wal.clone(), compacted: stack.compacted.clone() };
-    let reader = Reader::new(ReaderConfig { object_cache_bytes: 2 << 30, ..ReaderConfig::default() }, deps).unwrap();
+    let deps =
+        ReaderDeps { meta: stack.meta.clone(), wal: stack.wal.clone(), compacted: stack.compacted.clone() };
+    let reader =
+        Reader::new(ReaderConfig { object_cache_bytes: 2 << 30, ..ReaderConfig::default() }, deps).unwrap();
     let (cold_bytes, cold) = read_everything(&reader, &logs).await;
     let (cached_bytes, cached) = read_everything(&reader, &logs).await;
     let cold_mbs = cold_bytes as f64 / cold.as_secs_f64() / 1e6;
     let cached_mbs = cached_bytes as f64 / cached.as_secs_f64() / 1e6;
-    println!("| store | data | objects | raw GET MB/s | cold fetch MB/s | cold / raw GET | cached fetch MB/s |");
+    println!(
+        "| store | data | objects | raw GET MB/s | cold fetch MB/s | cold / raw GET | cached fetch MB/s |"
+    );
     println!(
         "| {store} | {} MiB in {entry_bytes} B entries, {logs_n} logs | {} | {raw_mbs:.0} | {cold_mbs:.0} | {:.2} | {cached_mbs:.0} |",
         cold_bytes >> 20,
