@@ -34,3 +34,8 @@ pub mod wal;
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use error::{ErrorClass, FormatError, Result};
 pub use types::{Entry, FileType, LogId, LogRef, Offset};
+
+/// The README's example, compiled and run as a doctest.
+#[doc = include_str!("../README.md")]
+#[cfg(doctest)]
+pub struct ReadmeDoctests;

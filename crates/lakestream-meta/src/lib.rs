@@ -56,3 +56,8 @@ pub use error::{MetaError, MetaResult};
 pub use memory::InMemoryStore;
 pub use sessions::SESSION_TIMEOUT_RANGE;
 pub use store::{Comparison, MetaStore, PutCondition, Record, Session, Version, WriteResult};
+
+/// The README's example, compiled and run as a doctest.
+#[doc = include_str!("../README.md")]
+#[cfg(doctest)]
+pub struct ReadmeDoctests;

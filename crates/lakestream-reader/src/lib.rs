@@ -5,6 +5,7 @@
 //! any catalog. It keeps an LRU cache of immutable objects bounded in bytes, batches reads
 //! over consecutive index records, looks a covering record up again when its object is
 //! missing, and waits for new data on tail reads without busy loops.
+#![doc = include_str!("../README.md")]
 #![deny(missing_docs)]
 
 pub mod cache;

@@ -42,3 +42,8 @@ pub async fn serve(
     stack.close().await;
     result
 }
+
+/// The README's example, compiled and run as a doctest.
+#[doc = include_str!("../README.md")]
+#[cfg(doctest)]
+pub struct ReadmeDoctests;

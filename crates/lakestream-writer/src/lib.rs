@@ -13,6 +13,7 @@
 //!   committed, with the entry's offsets and timestamp.
 //!
 //! [`Writer::soft_trim`] advances a log's trim marker.
+#![doc = include_str!("../README.md")]
 #![deny(missing_docs)]
 
 pub mod config;
