@@ -4,6 +4,20 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
+/// How the reader fetches a WAL object for a RAW record.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum WalReadMode {
+    /// One GET of the whole object, cached: later reads of the object's other logs cost
+    /// nothing. The default; best when one object serves several logs or readers.
+    #[default]
+    Whole,
+    /// A ranged GET of the index region (with a 4 KiB guess, a second one when the index is
+    /// larger), then a ranged GET of the log's payload span. Fewer bytes per read, more
+    /// requests; not cached.
+    Ranged,
+}
+
 /// Settings of a [`crate::Reader`]. Every field has a default; `validate()` names a bad one.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -30,6 +44,8 @@ pub struct ReaderConfig {
     pub index_cache_ttl: Duration,
     /// The most index records the cache holds across all logs. Default 100,000.
     pub index_cache_records: usize,
+    /// How WAL objects are fetched.
+    pub wal_read: WalReadMode,
     /// The deployment's format version: 3 (the default), or 1 or 2 to read deployments that
     /// predate version 3 (Appendix C: per-entry string index values, legacy WAL objects).
     /// A deployment uses one version; values of another version are refused, never guessed.
@@ -44,6 +60,7 @@ impl Default for ReaderConfig {
             tail_poll_max: Duration::from_millis(50),
             missing_object_retries: 3,
             format_version: 3,
+            wal_read: WalReadMode::Whole,
             index_cache_ttl: Duration::from_secs(5),
             index_cache_records: 100_000,
         }

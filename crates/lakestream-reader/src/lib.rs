@@ -13,6 +13,6 @@ pub mod config;
 mod error;
 mod reader;
 
-pub use config::{ConfigError, ReaderConfig};
+pub use config::{ConfigError, ReaderConfig, WalReadMode};
 pub use error::ReadError;
 pub use reader::{ReadBatch, Reader, ReaderDeps};

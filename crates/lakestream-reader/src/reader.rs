@@ -22,15 +22,15 @@ use lakestream_format::companion::{self, Companion};
 use lakestream_format::entry_index::{self, IndexValue, ParquetRecord, RawRecord};
 use lakestream_format::keys::{self, IndexKey};
 use lakestream_format::legacy::{LegacyIndexValue, LegacyVersion, LegacyWalObject};
-use lakestream_format::wal::WalObject;
+use lakestream_format::wal::{self, WalIndex, WalObject};
 use lakestream_format::{Entry, FileType, LogId, LogRef, Offset};
 use lakestream_meta::{Comparison, MetaStore, Record};
-use lakestream_objstore::{ObjectPath, ObjectStore, ObjectStoreError};
+use lakestream_objstore::{ByteRange, ObjectPath, ObjectStore, ObjectStoreError};
 use tokio::sync::watch;
 use tokio::time::Instant;
 
 use crate::cache::{CacheStats, IndexCache, ObjectCache};
-use crate::config::{ConfigError, ReaderConfig};
+use crate::config::{ConfigError, ReaderConfig, WalReadMode};
 use crate::error::ReadError;
 
 /// Entries read from a log, and where the next read starts.
@@ -305,24 +305,36 @@ impl Reader {
         start: Offset,
         raw: &RawRecord,
     ) -> Result<Attempt<Vec<Entry>>, ReadError> {
-        let bytes = match self.fetch(&self.inner.deps.wal, log_id, &raw.location).await? {
-            Attempt::Done(b) => b,
-            Attempt::Missing(o) => return Ok(Attempt::Missing(o)),
-        };
         let corrupt = |detail: String| ReadError::Corrupt {
             log_id,
             what: format!("WAL object {}", raw.location),
             detail,
         };
-        let object = WalObject::parse(bytes).map_err(|e| corrupt(e.to_string()))?;
-        let section = object
-            .section(log_id)
-            .ok_or_else(|| corrupt(format!("no log section for log {log_id} (named by {})", record.key)))?;
+        let (section, payloads) = match self.inner.config.wal_read {
+            WalReadMode::Whole => {
+                let bytes = match self.fetch(&self.inner.deps.wal, log_id, &raw.location).await? {
+                    Attempt::Done(b) => b,
+                    Attempt::Missing(o) => return Ok(Attempt::Missing(o)),
+                };
+                let object = WalObject::parse(bytes).map_err(|e| corrupt(e.to_string()))?;
+                let section = object
+                    .section(log_id)
+                    .ok_or_else(|| {
+                        corrupt(format!("no log section for log {log_id} (named by {})", record.key))
+                    })?
+                    .clone();
+                let payloads = object
+                    .payloads(log_id)
+                    .map_err(|e| corrupt(e.to_string()))?
+                    .ok_or_else(|| corrupt(format!("no log section for log {log_id}")))?;
+                (section, payloads)
+            }
+            WalReadMode::Ranged => match self.read_section_ranged(log_id, record, raw).await? {
+                Attempt::Done(got) => got,
+                Attempt::Missing(o) => return Ok(Attempt::Missing(o)),
+            },
+        };
         section.check_matches_record(raw).map_err(|e| corrupt(e.to_string()))?;
-        let payloads = object
-            .payloads(log_id)
-            .map_err(|e| corrupt(e.to_string()))?
-            .ok_or_else(|| corrupt(format!("no log section for log {log_id}")))?;
         let mut offset = start;
         let entries = section
             .entries
@@ -336,6 +348,65 @@ impl Reader {
             })
             .collect();
         Ok(Attempt::Done(entries))
+    }
+
+    /// Ranged reads of a WAL object: the index region (one request for indexes up to 4 KiB),
+    /// then only the payload span of L's section.
+    async fn read_section_ranged(
+        &self,
+        log_id: LogId,
+        record: &Record,
+        raw: &RawRecord,
+    ) -> Result<Attempt<(wal::LogSection, Vec<Bytes>)>, ReadError> {
+        const GUESS: u64 = 4096;
+        let corrupt = |detail: String| ReadError::Corrupt {
+            log_id,
+            what: format!("WAL object {}", raw.location),
+            detail,
+        };
+        let store = &self.inner.deps.wal;
+        let path = &ObjectPath::new(raw.location.clone()).map_err(|e| corrupt(e.to_string()))?;
+        let get = |range: ByteRange| async move {
+            match store.get_range(path, range).await {
+                Ok(b) => Ok(Attempt::Done(b)),
+                Err(ObjectStoreError::NotFound { .. }) => Ok(Attempt::Missing(raw.location.clone())),
+                Err(source) => Err(ReadError::Object { log_id, object: raw.location.clone(), source }),
+            }
+        };
+        let mut head = match get(ByteRange::Bounded(0..GUESS)).await? {
+            Attempt::Done(b) => b,
+            Attempt::Missing(o) => return Ok(Attempt::Missing(o)),
+        };
+        let index_len = u64::from(wal::index_length(&head).map_err(|e| corrupt(e.to_string()))?);
+        let index_end = 4 + index_len;
+        if (head.len() as u64) < index_end {
+            head = match get(ByteRange::Bounded(0..index_end)).await? {
+                Attempt::Done(b) => b,
+                Attempt::Missing(o) => return Ok(Attempt::Missing(o)),
+            };
+        }
+        let index = WalIndex::parse(&head).map_err(|e| corrupt(e.to_string()))?;
+        if let Some(len) = raw.file_size {
+            index.check_payload_region_len(len as u64).map_err(|e| corrupt(e.to_string()))?;
+        }
+        let section = index
+            .section(log_id)
+            .ok_or_else(|| corrupt(format!("no log section for log {log_id} (named by {})", record.key)))?
+            .clone();
+        let span = section.payload_span();
+        let base = index.payload_region_start();
+        let part = if span.is_empty() {
+            Bytes::new()
+        } else if base + span.end <= head.len() as u64 {
+            head.slice((base + span.start) as usize..(base + span.end) as usize)
+        } else {
+            match get(ByteRange::Bounded(base + span.start..base + span.end)).await? {
+                Attempt::Done(b) => b,
+                Attempt::Missing(o) => return Ok(Attempt::Missing(o)),
+            }
+        };
+        let payloads = section.slice_payloads(&part, span.start).map_err(|e| corrupt(e.to_string()))?;
+        Ok(Attempt::Done((section, payloads)))
     }
 
     /// A version 1 or 2 record (Appendix C): one entry, located by `entry_id` in a legacy WAL

@@ -15,7 +15,7 @@ use futures::StreamExt as _;
 use lakestream_format::LogRef;
 use lakestream_objstore::ObjectPrefix;
 use lakestream_objstore_s3::S3Config;
-use lakestream_reader::{Reader, ReaderConfig, ReaderDeps};
+use lakestream_reader::{Reader, ReaderConfig, ReaderDeps, WalReadMode};
 use lakestream_server::config::{MetadataConfig, ObjectStoreConfig};
 use lakestream_server::{ServerConfig, Stack};
 
@@ -110,19 +110,25 @@ async fn main() {
 
     let deps =
         ReaderDeps { meta: stack.meta.clone(), wal: stack.wal.clone(), compacted: stack.compacted.clone() };
+    let ranged =
+        Reader::new(ReaderConfig { wal_read: WalReadMode::Ranged, ..ReaderConfig::default() }, deps.clone())
+            .unwrap();
+    let (ranged_bytes, ranged_time) = read_everything(&ranged, &logs).await;
     let reader =
         Reader::new(ReaderConfig { object_cache_bytes: 2 << 30, ..ReaderConfig::default() }, deps).unwrap();
     let (cold_bytes, cold) = read_everything(&reader, &logs).await;
     let (cached_bytes, cached) = read_everything(&reader, &logs).await;
-    let cold_mbs = cold_bytes as f64 / cold.as_secs_f64() / 1e6;
-    let cached_mbs = cached_bytes as f64 / cached.as_secs_f64() / 1e6;
+    let mbs = |b: u64, d: Duration| b as f64 / d.as_secs_f64() / 1e6;
+    let (cold_mbs, cached_mbs, ranged_mbs) =
+        (mbs(cold_bytes, cold), mbs(cached_bytes, cached), mbs(ranged_bytes, ranged_time));
     println!(
-        "| store | data | objects | raw GET MB/s | cold fetch MB/s | cold / raw GET | cached fetch MB/s |"
+        "| store | data | objects | raw GET MB/s | cold whole-object fetch MB/s | cold / raw GET | cold ranged fetch MB/s | ranged / whole | cached fetch MB/s |"
     );
     println!(
-        "| {store} | {} MiB in {entry_bytes} B entries, {logs_n} logs | {} | {raw_mbs:.0} | {cold_mbs:.0} | {:.2} | {cached_mbs:.0} |",
+        "| {store} | {} MiB in {entry_bytes} B entries, {logs_n} logs | {} | {raw_mbs:.0} | {cold_mbs:.0} | {:.2} | {ranged_mbs:.0} | {:.2} | {cached_mbs:.0} |",
         cold_bytes >> 20,
         paths.len(),
-        cold_mbs / raw_mbs
+        cold_mbs / raw_mbs,
+        ranged_mbs / cold_mbs
     );
 }
