@@ -7,20 +7,27 @@ use std::sync::Mutex;
 
 use bytes::Bytes;
 
-#[derive(Debug, Default)]
-struct State {
-    entries: HashMap<String, (Bytes, u64)>,
+#[derive(Debug)]
+struct State<V> {
+    entries: HashMap<String, (V, usize, u64)>,
     bytes: usize,
     tick: u64,
     hits: u64,
     misses: u64,
 }
 
-/// An LRU map from object name to its bytes, holding at most `capacity` bytes.
+impl<V> Default for State<V> {
+    fn default() -> Self {
+        State { entries: HashMap::new(), bytes: 0, tick: 0, hits: 0, misses: 0 }
+    }
+}
+
+/// An LRU map from object name to a value (the object's bytes, or its parsed form), holding
+/// values that weigh at most `capacity` bytes in total.
 #[derive(Debug)]
-pub struct ObjectCache {
+pub struct ObjectCache<V = Bytes> {
     capacity: usize,
-    state: Mutex<State>,
+    state: Mutex<State<V>>,
 }
 
 /// Hit and miss counts of a cache, for metrics.
@@ -34,29 +41,29 @@ pub struct CacheStats {
     pub bytes: usize,
 }
 
-impl ObjectCache {
+impl<V: Clone> ObjectCache<V> {
     /// A cache holding at most `capacity` bytes. 0 disables caching.
     pub fn new(capacity: usize) -> Self {
         ObjectCache { capacity, state: Mutex::new(State::default()) }
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, State<V>> {
         // A panic while holding the lock cannot leave the map inconsistent in a way that
         // matters for a cache, so recover the guard.
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// The cached bytes of `name`, marking them recently used.
-    pub fn get(&self, name: &str) -> Option<Bytes> {
+    /// The cached value of `name`, marking it recently used.
+    pub fn get(&self, name: &str) -> Option<V> {
         let mut s = self.lock();
         s.tick += 1;
         let tick = s.tick;
         match s.entries.get_mut(name) {
-            Some((bytes, used)) => {
+            Some((value, _, used)) => {
                 *used = tick;
-                let bytes = bytes.clone();
+                let value = value.clone();
                 s.hits += 1;
-                Some(bytes)
+                Some(value)
             }
             None => {
                 s.misses += 1;
@@ -65,26 +72,26 @@ impl ObjectCache {
         }
     }
 
-    /// Caches `bytes` under `name`, evicting the least recently used objects to stay within
-    /// capacity. Objects larger than the capacity are not cached.
-    pub fn insert(&self, name: &str, bytes: Bytes) {
-        if bytes.len() > self.capacity {
+    /// Caches `value`, which weighs `weight` bytes, under `name`, evicting the least recently
+    /// used values to stay within capacity. Values heavier than the capacity are not cached.
+    pub fn insert(&self, name: &str, value: V, weight: usize) {
+        if weight > self.capacity {
             return;
         }
         let mut s = self.lock();
         s.tick += 1;
         let tick = s.tick;
-        if let Some((old, _)) = s.entries.insert(name.to_string(), (bytes.clone(), tick)) {
-            s.bytes -= old.len();
+        if let Some((_, old, _)) = s.entries.insert(name.to_string(), (value, weight, tick)) {
+            s.bytes -= old;
         }
-        s.bytes += bytes.len();
+        s.bytes += weight;
         while s.bytes > self.capacity {
-            let Some(victim) = s.entries.iter().min_by_key(|(_, (_, used))| *used).map(|(k, _)| k.clone())
+            let Some(victim) = s.entries.iter().min_by_key(|(_, (_, _, used))| *used).map(|(k, _)| k.clone())
             else {
                 break;
             };
-            if let Some((b, _)) = s.entries.remove(&victim) {
-                s.bytes -= b.len();
+            if let Some((_, w, _)) = s.entries.remove(&victim) {
+                s.bytes -= w;
             }
         }
     }
@@ -92,8 +99,8 @@ impl ObjectCache {
     /// Forgets `name` (its object was found missing).
     pub fn remove(&self, name: &str) {
         let mut s = self.lock();
-        if let Some((b, _)) = s.entries.remove(name) {
-            s.bytes -= b.len();
+        if let Some((_, w, _)) = s.entries.remove(name) {
+            s.bytes -= w;
         }
     }
 
@@ -196,14 +203,14 @@ mod tests {
     #[test]
     fn evicts_least_recently_used_within_capacity() {
         let c = ObjectCache::new(10);
-        c.insert("a", Bytes::from_static(b"aaaa"));
-        c.insert("b", Bytes::from_static(b"bbbb"));
+        c.insert("a", Bytes::from_static(b"aaaa"), 4);
+        c.insert("b", Bytes::from_static(b"bbbb"), 4);
         assert!(c.get("a").is_some()); // a is now more recent than b
-        c.insert("c", Bytes::from_static(b"cccc"));
+        c.insert("c", Bytes::from_static(b"cccc"), 4);
         assert!(c.get("b").is_none());
         assert!(c.get("a").is_some() && c.get("c").is_some());
         assert!(c.stats().bytes <= 10);
-        c.insert("huge", Bytes::from(vec![0; 11]));
+        c.insert("huge", Bytes::from(vec![0; 11]), 11);
         assert!(c.get("huge").is_none());
         c.remove("a");
         assert_eq!(c.stats().bytes, 4);

@@ -22,8 +22,9 @@ pub enum WalReadMode {
 #[derive(Debug, Clone, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct ReaderConfig {
-    /// Bytes of WAL objects and compacted files kept in memory (LRU). Default 256 MiB.
-    /// Cached reads avoid a GET; objects never change, so the cache is never stale.
+    /// Bytes kept in memory (LRU) by each of the two object caches: parsed WAL objects, and
+    /// compacted files. Default 256 MiB each. Cached reads avoid a GET; objects never change,
+    /// so the caches are never stale.
     pub object_cache_bytes: usize,
     /// How many consecutive index records one metadata scan fetches during a batched read.
     /// Default 32: fewer round trips for large reads, a little more data per scan.

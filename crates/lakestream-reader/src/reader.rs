@@ -67,6 +67,9 @@ struct Inner {
     config: ReaderConfig,
     deps: ReaderDeps,
     objects: ObjectCache,
+    /// Parsed WAL objects, so that reading another record of a cached object does not parse
+    /// its index region again.
+    wal_objects: ObjectCache<Arc<WalObject>>,
     index: IndexCache,
     companions: Mutex<HashMap<String, Arc<Companion>>>,
     appended: watch::Sender<u64>,
@@ -87,6 +90,7 @@ impl Reader {
         Ok(Reader {
             inner: Arc::new(Inner {
                 objects: ObjectCache::new(config.object_cache_bytes),
+                wal_objects: ObjectCache::new(config.object_cache_bytes),
                 index: IndexCache::new(config.index_cache_ttl, config.index_cache_records),
                 config,
                 deps,
@@ -102,9 +106,10 @@ impl Reader {
         self.inner.appended.send_modify(|n| *n = n.wrapping_add(1));
     }
 
-    /// Object-cache statistics.
+    /// Object-cache statistics (WAL objects and compacted files together).
     pub fn cache_stats(&self) -> CacheStats {
-        self.inner.objects.stats()
+        let (a, b) = (self.inner.objects.stats(), self.inner.wal_objects.stats());
+        CacheStats { hits: a.hits + b.hits, misses: a.misses + b.misses, bytes: a.bytes + b.bytes }
     }
 
     /// R1: the trim marker B of the log, 0 when absent.
@@ -312,11 +317,20 @@ impl Reader {
         };
         let (section, payloads) = match self.inner.config.wal_read {
             WalReadMode::Whole => {
-                let bytes = match self.fetch(&self.inner.deps.wal, log_id, &raw.location).await? {
-                    Attempt::Done(b) => b,
-                    Attempt::Missing(o) => return Ok(Attempt::Missing(o)),
+                let object = match self.inner.wal_objects.get(&raw.location) {
+                    Some(object) => object,
+                    None => {
+                        let bytes = match self.get_object(&self.inner.deps.wal, log_id, &raw.location).await?
+                        {
+                            Attempt::Done(b) => b,
+                            Attempt::Missing(o) => return Ok(Attempt::Missing(o)),
+                        };
+                        let weight = bytes.len();
+                        let object = Arc::new(WalObject::parse(bytes).map_err(|e| corrupt(e.to_string()))?);
+                        self.inner.wal_objects.insert(&raw.location, object.clone(), weight);
+                        object
+                    }
                 };
-                let object = WalObject::parse(bytes).map_err(|e| corrupt(e.to_string()))?;
                 let section = object
                     .section(log_id)
                     .ok_or_else(|| {
@@ -565,7 +579,7 @@ impl Reader {
         }
         let got = self.get_object(store, log_id, name).await?;
         if let Attempt::Done(b) = &got {
-            self.inner.objects.insert(&cache_key, b.clone());
+            self.inner.objects.insert(&cache_key, b.clone(), b.len());
         }
         Ok(got)
     }
