@@ -404,9 +404,13 @@ struct Appended {
     timestamp_ms: i64,
 }
 
+/// The content type of a produce body holding Kafka record batches (one entry).
+pub const KAFKA_BATCHES: &str = "application/vnd.kafka.record-batch";
+
 /// Produces entries. `application/json`: `{"entries": [{"payload_base64", "record_count"}]}`,
-/// appended concurrently and answered per entry in order. Any other content type: the body is
-/// one entry's payload, with `?record_count=N` (default 1).
+/// appended concurrently and answered per entry in order. [`KAFKA_BATCHES`]: one entry of
+/// Kafka record batches, validated by the Kafka binding, which also counts its records. Any
+/// other content type: the body is one entry's payload, with `?record_count=N` (default 1).
 async fn produce(
     State(s): State<AppState>,
     Path((ns, stream, p)): Path<(String, String, String)>,
@@ -416,10 +420,24 @@ async fn produce(
 ) -> ApiResult<Response> {
     let log = log_of(&s, &ns, &stream, &p).await?;
     let w = writer(&s)?;
-    let is_json = headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).is_some_and(|v| {
-        v.split(';').next().is_some_and(|t| t.trim().eq_ignore_ascii_case("application/json"))
-    });
-    let entries: Vec<(Bytes, u32)> = if is_json {
+    let content_type = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.split(';').next())
+        .map(|t| t.trim().to_ascii_lowercase())
+        .unwrap_or_default();
+    let entries: Vec<(Bytes, u32)> = if content_type == KAFKA_BATCHES {
+        // The Kafka binding (Appendix A): the body is one entry of complete record batches;
+        // its record count is what the batches hold. `record_count` must not disagree.
+        let records = lakestream_format::kafka::count_records(&body)
+            .map_err(|e| ApiError::bad_request(format!("body: not a valid Kafka entry payload: {e}")))?;
+        if let Some(n) = q.record_count.filter(|n| *n != records) {
+            return Err(ApiError::bad_request(format!(
+                "record_count: {n} disagrees with the {records} records the batches hold"
+            )));
+        }
+        vec![(body, records)]
+    } else if content_type == "application/json" {
         let parsed: ProduceBody =
             serde_json::from_slice(&body).map_err(|e| ApiError::bad_request(format!("request body: {e}")))?;
         if parsed.entries.is_empty() {

@@ -332,3 +332,27 @@ async fn the_compactor_role_compacts_in_the_background_and_reads_stay_identical(
     stop_tx.send(()).unwrap();
     serving.await.unwrap().unwrap();
 }
+
+#[tokio::test]
+async fn kafka_record_batches_are_validated_and_counted_by_the_binding() {
+    let s = start().await;
+    let b = &s.base;
+    json_call(b, "POST", "/v1/namespaces/default/streams", json!({"name": "topic-a"})).await;
+    let vectors =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../lakestream-format/tests/vectors/kafka");
+    let three = std::fs::read(vectors.join("v2_three_batches.bin")).unwrap();
+    let path = "/v1/namespaces/default/streams/topic-a/partitions/0/entries";
+    let (status, _, body) = call(b, "POST", path, "application/vnd.kafka.record-batch", &three).await;
+    assert_eq!(status, StatusCode::OK, "{}", String::from_utf8_lossy(&body));
+    let answer: Value = serde_json::from_slice(&body).unwrap();
+    let expected = lakestream_format::kafka::count_records(&three).unwrap();
+    assert_eq!(answer["entries"][0]["record_count"], expected);
+    // A control batch is refused by the binding, and nothing is written.
+    let control = std::fs::read(vectors.join("v2_control.bin")).unwrap();
+    let (status, _, body) = call(b, "POST", path, "application/vnd.kafka.record-batch", &control).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{}", String::from_utf8_lossy(&body));
+    let (_, offs) =
+        json_call(b, "GET", "/v1/namespaces/default/streams/topic-a/partitions/0/offsets", Value::Null).await;
+    assert_eq!(offs["next_offset"], u64::from(expected));
+    stop(s).await;
+}
