@@ -6,7 +6,10 @@
 //!   (see `deploy/`), environment variables and flags, in that order of increasing precedence.
 //! - `lakestream inspect KIND FILE` — decode a WAL object, an index value, a companion file or
 //!   a compacted file's footer.
+//! - `lakestream stream create|list|drop`, `produce`, `consume` — clients of a running
+//!   service's HTTP API (`--url`, default `http://127.0.0.1:8080`).
 
+mod client;
 mod inspect;
 
 use std::net::SocketAddr;
@@ -47,6 +50,47 @@ enum Command {
         #[arg(long)]
         http_addr: Option<SocketAddr>,
     },
+    /// Create, list or drop streams.
+    Stream {
+        #[command(subcommand)]
+        action: StreamAction,
+        #[command(flatten)]
+        target: Target,
+    },
+    /// Produce entries: each FILE is one entry; without files each line of stdin is one.
+    Produce {
+        /// The stream.
+        stream: String,
+        /// Files to produce, one entry each.
+        files: Vec<PathBuf>,
+        /// The partition.
+        #[arg(long, short, default_value_t = 0)]
+        partition: u32,
+        /// Records per entry.
+        #[arg(long, default_value_t = 1)]
+        record_count: u32,
+        #[command(flatten)]
+        target: Target,
+    },
+    /// Consume entries from an offset, printing each payload as a line.
+    Consume {
+        /// The stream.
+        stream: String,
+        /// The partition.
+        #[arg(long, short, default_value_t = 0)]
+        partition: u32,
+        /// Where to start.
+        #[arg(long, default_value_t = 0)]
+        offset: u64,
+        /// Keep waiting for new entries.
+        #[arg(long, short)]
+        follow: bool,
+        /// Print each entry as JSON (offset, record count, timestamp, Base64 payload).
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        target: Target,
+    },
     /// Decode a stored structure and print it (what an operator reaches for in an incident).
     Inspect {
         /// What the file holds.
@@ -55,6 +99,61 @@ enum Command {
         /// The file.
         file: PathBuf,
     },
+}
+
+/// Which service and namespace a client command talks to.
+#[derive(Debug, clap::Args)]
+struct Target {
+    /// The service's HTTP URL.
+    #[arg(long, global = true, default_value = "http://127.0.0.1:8080", env = "LAKESTREAM_URL")]
+    url: String,
+    /// The namespace.
+    #[arg(long, short = 'n', global = true, default_value = "default")]
+    namespace: String,
+}
+
+#[derive(Debug, Subcommand)]
+enum StreamAction {
+    /// Create a stream.
+    Create {
+        /// Its name.
+        name: String,
+        /// How many partitions.
+        #[arg(long, default_value_t = 1)]
+        partitions: u32,
+    },
+    /// List the namespace's streams.
+    List,
+    /// Drop a stream (its identity cannot be created again).
+    Drop {
+        /// Its name.
+        name: String,
+    },
+}
+
+/// Runs a client command against a service's HTTP API.
+async fn run_client(command: Command) -> Result<(), String> {
+    match command {
+        Command::Stream { action, target } => {
+            let api = client::Api::new(&target.url)?;
+            match action {
+                StreamAction::Create { name, partitions } => {
+                    client::create_stream(&api, &target.namespace, &name, partitions).await
+                }
+                StreamAction::List => client::list_streams(&api, &target.namespace).await,
+                StreamAction::Drop { name } => client::drop_stream(&api, &target.namespace, &name).await,
+            }
+        }
+        Command::Produce { stream, files, partition, record_count, target } => {
+            let api = client::Api::new(&target.url)?;
+            client::produce(&api, &target.namespace, &stream, partition, record_count, &files).await
+        }
+        Command::Consume { stream, partition, offset, follow, json, target } => {
+            let api = client::Api::new(&target.url)?;
+            client::consume(&api, &target.namespace, &stream, partition, offset, follow, json).await
+        }
+        _ => Err("not a client command".into()),
+    }
 }
 
 fn main() -> ExitCode {
@@ -74,6 +173,22 @@ fn main() -> ExitCode {
             }
             Err(e) => {
                 eprintln!("lakestream inspect: {e}");
+                ExitCode::FAILURE
+            }
+        };
+    }
+    if matches!(cli.command, Command::Stream { .. } | Command::Produce { .. } | Command::Consume { .. }) {
+        let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+            Ok(r) => r,
+            Err(e) => {
+                eprintln!("lakestream: cannot start the async runtime: {e}");
+                return ExitCode::FAILURE;
+            }
+        };
+        return match runtime.block_on(run_client(cli.command)) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("lakestream: {e}");
                 ExitCode::FAILURE
             }
         };
@@ -113,7 +228,12 @@ fn load_config(command: &Command) -> Result<ServerConfig, String> {
             }
             c
         }
-        Command::Inspect { .. } => return Err("inspect needs no configuration".into()),
+        Command::Inspect { .. }
+        | Command::Stream { .. }
+        | Command::Produce { .. }
+        | Command::Consume { .. } => {
+            return Err("this command needs no service configuration".into());
+        }
     };
     config.validate().map_err(|e| e.to_string())?;
     Ok(config)

@@ -573,3 +573,25 @@ async fn ranged_wal_reads_return_what_whole_object_reads_return() {
     }
     w.close().await;
 }
+
+#[tokio::test]
+async fn append_many_keeps_the_order_of_a_request() {
+    let s = stack();
+    let w = writer(s.meta.clone(), s.wal.clone(), 20);
+    let entries: Vec<(Bytes, u32)> = (0..50u32).map(|i| (Bytes::from(format!("e{i}")), 1 + i % 3)).collect();
+    let results = w.append_many(LogId(21), entries.clone()).await;
+    let mut expected_offset = 0;
+    for (r, (_, count)) in results.iter().zip(&entries) {
+        let ack = r.as_ref().unwrap();
+        assert_eq!(ack.offset, expected_offset, "entries take offsets in request order");
+        expected_offset += u64::from(*count);
+    }
+    let got = read_all(&reader(&s), &log_ref(21), 0).await;
+    let payloads: Vec<_> = got.iter().map(|e| e.payload.clone()).collect();
+    assert_eq!(payloads, entries.iter().map(|(p, _)| p.clone()).collect::<Vec<_>>());
+    // A bad entry fails alone, in its place.
+    let mixed =
+        w.append_many(LogId(21), vec![(Bytes::from_static(b"ok"), 1), (Bytes::from_static(b"bad"), 0)]).await;
+    assert!(mixed[0].is_ok() && matches!(mixed[1], Err(AppendError::InvalidInput(_))));
+    w.close().await;
+}

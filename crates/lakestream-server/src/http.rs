@@ -474,16 +474,9 @@ async fn produce(
         }
     }
     let started = Instant::now();
-    let results = futures_join_all(entries.into_iter().map(|(payload, records)| {
-        let w = w.clone();
-        let log_id = log.log_id;
-        async move {
-            let len = payload.len();
-            (w.append(log_id, payload, records).await, len)
-        }
-    }))
-    .await;
-    let mut answers = Vec::with_capacity(results.len());
+    let lens: Vec<usize> = entries.iter().map(|(p, _)| p.len()).collect();
+    let results = w.append_many(log.log_id, entries).await.into_iter().zip(lens);
+    let mut answers = Vec::new();
     let mut first_error = None;
     for (result, len) in results {
         match result {
@@ -516,22 +509,6 @@ async fn produce(
         return Err(e.into());
     }
     Ok(ok(StatusCode::OK, serde_json::json!({ "entries": answers })))
-}
-
-async fn futures_join_all<F>(futures: impl Iterator<Item = F>) -> Vec<F::Output>
-where
-    F: std::future::Future + Send + 'static,
-    F::Output: Send + 'static,
-{
-    let handles: Vec<_> = futures.map(tokio::spawn).collect();
-    let mut out = Vec::with_capacity(handles.len());
-    for h in handles {
-        match h.await {
-            Ok(v) => out.push(v),
-            Err(e) => std::panic::resume_unwind(e.into_panic()),
-        }
-    }
-    out
 }
 
 #[derive(Debug, Deserialize)]

@@ -175,6 +175,40 @@ impl Writer {
         payload: Bytes,
         record_count: u32,
     ) -> Result<AppendAck, AppendError> {
+        let ack = self.enqueue(log_id, payload, record_count).await?;
+        ack.await.unwrap_or(Err(AppendError::Closed))
+    }
+
+    /// Appends several entries to `log_id` in the given order: they are handed to the batcher
+    /// one after another from this task, so they take increasing offsets in that order (as a
+    /// producer's request expects). Each entry gets its own result, in order.
+    pub async fn append_many(
+        &self,
+        log_id: LogId,
+        entries: impl IntoIterator<Item = (Bytes, u32)>,
+    ) -> Vec<Result<AppendAck, AppendError>> {
+        let mut pending = Vec::new();
+        for (payload, record_count) in entries {
+            pending.push(self.enqueue(log_id, payload, record_count).await);
+        }
+        let mut results = Vec::with_capacity(pending.len());
+        for p in pending {
+            results.push(match p {
+                Ok(ack) => ack.await.unwrap_or(Err(AppendError::Closed)),
+                Err(e) => Err(e),
+            });
+        }
+        results
+    }
+
+    /// Validates an entry, takes its share of the in-flight bound and the log's lease (A1),
+    /// and hands it to the batcher; the receiver resolves with the entry's outcome.
+    async fn enqueue(
+        &self,
+        log_id: LogId,
+        payload: Bytes,
+        record_count: u32,
+    ) -> Result<oneshot::Receiver<Result<AppendAck, AppendError>>, AppendError> {
         let inner = &self.inner;
         if inner.closed.load(Ordering::Acquire) {
             return Err(AppendError::Closed);
@@ -209,7 +243,7 @@ impl Writer {
         let (reply, rx) = oneshot::channel();
         let entry = PendingEntry { log_id, payload, record_count, lease, reply, _permit: permit };
         inner.batcher.send(BatcherMsg::Entry(entry)).map_err(|_| AppendError::Closed)?;
-        rx.await.unwrap_or(Err(AppendError::Closed))
+        Ok(rx)
     }
 
     /// Writes the entries collected so far without waiting for the flush window. Resolves
