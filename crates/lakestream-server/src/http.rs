@@ -69,7 +69,45 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/namespaces/{ns}/streams/{stream}/partitions/{p}/offsets", get(offsets))
         .route("/v1/namespaces/{ns}/streams/{stream}/partitions/{p}/trim", post(trim))
         .layer(DefaultBodyLimit::max(body_limit))
+        .layer(axum::middleware::from_fn(request_span))
         .with_state(state)
+}
+
+/// The header carrying a request's id; a client may send its own (at most 128 visible ASCII
+/// characters), else one is made. It is echoed in the response and names the request's span.
+pub const REQUEST_ID: &str = "x-request-id";
+
+static NEXT_REQUEST: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+
+/// Runs every request in a tracing span with its method, path and id, and logs failures.
+async fn request_span(mut request: axum::extract::Request, next: axum::middleware::Next) -> Response {
+    use tracing::Instrument as _;
+    let given = request
+        .headers()
+        .get(REQUEST_ID)
+        .and_then(|v| v.to_str().ok())
+        .filter(|v| !v.is_empty() && v.len() <= 128 && v.bytes().all(|b| b.is_ascii_graphic()))
+        .map(str::to_owned);
+    let id = given.unwrap_or_else(|| {
+        format!("{}-{}", std::process::id(), NEXT_REQUEST.fetch_add(1, std::sync::atomic::Ordering::Relaxed))
+    });
+    if let Ok(value) = HeaderValue::from_str(&id) {
+        request.headers_mut().insert(REQUEST_ID, value);
+    }
+    let span =
+        tracing::info_span!("request", id = %id, method = %request.method(), path = %request.uri().path());
+    let started = Instant::now();
+    let mut response = next.run(request).instrument(span.clone()).await;
+    let status = response.status();
+    if status.is_client_error() || status.is_server_error() {
+        span.in_scope(
+            || tracing::info!(%status, elapsed_ms = started.elapsed().as_millis() as u64, "request failed"),
+        );
+    }
+    if let Ok(value) = HeaderValue::from_str(&id) {
+        response.headers_mut().insert(REQUEST_ID, value);
+    }
+    response
 }
 
 /// An error answer: a status, a stable machine-readable code and a message naming what was

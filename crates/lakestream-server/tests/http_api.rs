@@ -160,6 +160,10 @@ async fn produce_fetch_trim_over_http() {
     assert_eq!(trimmed["trim_marker"], 2);
 
     let (_, metrics, text) = call(b, "GET", "/metrics", "text/plain", b"").await;
+    assert!(
+        metrics.iter().any(|(k, v)| k == "x-request-id" && !v.is_empty()),
+        "every response carries its request id"
+    );
     assert!(metrics.iter().any(|(k, v)| k == "content-type" && v.starts_with("text/plain")));
     assert!(String::from_utf8_lossy(&text).contains("lakestream_appended_entries_total 3"));
     let _ = s.stop.is_some();
