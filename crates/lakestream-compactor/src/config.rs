@@ -35,7 +35,9 @@ pub struct CompactorConfig {
     #[serde(with = "humantime_serde")]
     pub wal_grace: Duration,
     /// The longest time any reader of the deployment keeps index records cached. Default
-    /// 600 s, Ursa's `entryIndexCacheTTLInSecs` (addendum §12 row 12). Our reader keeps none.
+    /// 600 s, Ursa's `entryIndexCacheTTLInSecs` (addendum §12 row 12). Our reader caches index
+    /// records for `reader.index_cache_ttl` (5 s by default); the server refuses a reader TTL
+    /// above this value.
     #[serde(with = "humantime_serde")]
     pub reader_index_cache_ttl: Duration,
     /// How long a compacted file that no index record names is kept after it was written.

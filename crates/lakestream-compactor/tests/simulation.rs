@@ -2,7 +2,8 @@
 //! over the in-memory stores, driven one step at a time on a current-thread Tokio runtime
 //! with paused time, with a manual clock for every timestamp, grace period and range age.
 //!
-//! Each run interleaves appends from two writers (sometimes concurrent on one log),
+//! Each run interleaves appends from two writers (sometimes concurrent on one log), two
+//! compactor processes side by side (claims make them take turns per log),
 //! compactions run whole or step by step with crashes between C2, C3 and C4 (and retried
 //! C3/C4 under a new session), soft and hard trims, log deletion (fence, drain, delete-range),
 //! session expiry while leases are held, collection passes and clock jumps. After **every**
@@ -103,6 +104,8 @@ struct Sim {
     stack: Stack,
     writers: Vec<Writer>,
     compactor: Compactor,
+    /// A second compactor process working on the same logs, side by side.
+    peer: Compactor,
     compactor_generation: u64,
     stepwise: Vec<Stepwise>,
     memory: Memory,
@@ -119,6 +122,7 @@ impl Sim {
         let stack = Stack::new();
         let writers = vec![stack.writer(seed * 10 + 1), stack.writer(seed * 10 + 2)];
         let compactor = stack.compactor(sim_config(), seed * 1000);
+        let peer = stack.compactor(sim_config(), seed * 1000 + 500);
         let reader = stack.reader();
         Sim {
             seed,
@@ -126,6 +130,7 @@ impl Sim {
             stack,
             writers,
             compactor,
+            peer,
             compactor_generation: 0,
             stepwise: Vec::new(),
             memory: Memory::default(),
@@ -144,6 +149,11 @@ impl Sim {
             return None;
         }
         Some(live[self.rng.below(live.len() as u64) as usize])
+    }
+
+    /// One of the two compactor processes, at random, and its name for the trace.
+    fn any_compactor(&mut self) -> (Compactor, &'static str) {
+        if self.rng.below(2) == 0 { (self.compactor.clone(), "c1") } else { (self.peer.clone(), "c2") }
     }
 
     fn now(&self) -> i64 {
@@ -227,14 +237,18 @@ impl Sim {
 
     async fn compact_whole(&mut self) -> String {
         let Some(l) = self.pick_log() else { return "compact: no live log".into() };
-        match self.compactor.compact_log(&log_ref(l), &no_progress).await {
+        let (compactor, name) = self.any_compactor();
+        match compactor.compact_log(&log_ref(l), &no_progress).await {
             Ok(ranges) => {
                 for r in &ranges {
                     self.note_whole_compaction(LogId(l), r.start, r.end).await;
                 }
-                format!("compact log {l}: {:?}", ranges.iter().map(|r| (r.start, r.end)).collect::<Vec<_>>())
+                format!(
+                    "{name} compact log {l}: {:?}",
+                    ranges.iter().map(|r| (r.start, r.end)).collect::<Vec<_>>()
+                )
             }
-            Err(e) => format!("compact log {l}: {e}"),
+            Err(e) => format!("{name} compact log {l}: {e}"),
         }
     }
 
@@ -438,8 +452,11 @@ impl Sim {
     /// The compactor's session expires while it holds claims and leases; the process lives
     /// on and retries its compactions under a new session.
     async fn expire_compactor_session(&mut self) -> String {
-        match self.compactor.session_id().await {
-            Some(id) => format!("compactor session {id} expired: {}", self.stack.mem.expire_session(&id)),
+        let (compactor, name) = self.any_compactor();
+        match compactor.session_id().await {
+            Some(id) => {
+                format!("{name} compactor session {id} expired: {}", self.stack.mem.expire_session(&id))
+            }
             None => "compactor has no session".into(),
         }
     }
@@ -466,25 +483,30 @@ impl Sim {
         let Some(l) = self.pick_log() else { return "hard trim: no live log".into() };
         let next = self.reader.next_offset(LogId(l)).await.unwrap();
         let x = self.rng.below(next + 2);
-        match self.compactor.hard_trim(&log_ref(l), x, &no_progress).await {
+        let (compactor, name) = self.any_compactor();
+        match compactor.hard_trim(&log_ref(l), x, &no_progress).await {
             Ok(r) => {
-                format!("hard trim log {l} to {x}: to {:?}, {} records", r.trimmed_to, r.records_removed)
+                format!(
+                    "{name} hard trim log {l} to {x}: to {:?}, {} records",
+                    r.trimmed_to, r.records_removed
+                )
             }
-            Err(e) => format!("hard trim log {l} to {x}: {e}"),
+            Err(e) => format!("{name} hard trim log {l} to {x}: {e}"),
         }
     }
 
     async fn gc(&mut self) -> String {
-        match self.compactor.gc_once(&no_progress).await {
+        let (compactor, name) = self.any_compactor();
+        match compactor.gc_once(&no_progress).await {
             Ok(r) => format!(
-                "gc: {} WAL deleted, {} compacted deleted, {} marked, {} waiting, {} referenced",
+                "{name} gc: {} WAL deleted, {} compacted deleted, {} marked, {} waiting, {} referenced",
                 r.wal_deleted.len(),
                 r.compacted_deleted.len(),
                 r.marked_unreferenced,
                 r.waiting,
                 r.still_referenced
             ),
-            Err(e) => format!("gc: {e}"),
+            Err(e) => format!("{name} gc: {e}"),
         }
     }
 
@@ -507,8 +529,10 @@ impl Sim {
                     self.stack.mem.expire_session(&id);
                 }
             }
-            if let Some(id) = self.compactor.session_id().await {
-                self.stack.mem.expire_session(&id);
+            for c in [&self.compactor, &self.peer] {
+                if let Some(id) = c.session_id().await {
+                    self.stack.mem.expire_session(&id);
+                }
             }
             drained = lease::drain(meta, log, &quick).await.unwrap();
         }

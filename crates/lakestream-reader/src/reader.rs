@@ -173,7 +173,18 @@ impl Reader {
         loop {
             let b = self.trim_marker(log.log_id).await?; // R1
             let from = offset.max(b);
-            let entries = self.read_from(log, from, max_bytes).await?;
+            let entries = match self.read_from(log, from, max_bytes).await {
+                Ok(entries) => entries,
+                // A compaction may leave out entries at or below B, so data missing below a
+                // marker that advanced since R1 is not corruption: read again from the new B.
+                Err(e @ ReadError::Corrupt { .. }) => {
+                    if self.trim_marker(log.log_id).await? > from {
+                        continue;
+                    }
+                    return Err(e);
+                }
+                Err(e) => return Err(e),
+            };
             if !entries.is_empty() || Instant::now() >= deadline {
                 let next_offset = entries.last().map_or(from, Entry::end_offset);
                 return Ok(ReadBatch { entries, next_offset, trim_marker: b });

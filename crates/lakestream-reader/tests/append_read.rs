@@ -595,3 +595,81 @@ async fn append_many_keeps_the_order_of_a_request() {
     assert!(mixed[0].is_ok() && matches!(mixed[1], Err(AppendError::InvalidInput(_))));
     w.close().await;
 }
+
+/// A metadata store that reports a stale (lower) trim marker on its first read: a reader that
+/// read B before a trim advanced it.
+#[derive(Debug)]
+struct StaleMarkerOnce {
+    inner: Arc<dyn MetaStore>,
+    stale: std::sync::Mutex<Option<Record>>,
+}
+
+#[async_trait]
+impl MetaStore for StaleMarkerOnce {
+    async fn get_cmp(&self, p: &str, k: &str, c: Comparison) -> MetaResult<Option<Record>> {
+        if k.starts_with("/mark-deleted-offsets/") {
+            if let Some(stale) = self.stale.lock().unwrap().take() {
+                return Ok(Some(stale));
+            }
+        }
+        self.inner.get_cmp(p, k, c).await
+    }
+    async fn put(&self, p: &str, k: &str, v: Bytes, c: PutCondition) -> MetaResult<WriteResult> {
+        self.inner.put(p, k, v, c).await
+    }
+    async fn delete(&self, p: &str, k: &str) -> MetaResult<bool> {
+        self.inner.delete(p, k).await
+    }
+    async fn delete_range(&self, p: &str, a: &str, b: &str) -> MetaResult<()> {
+        self.inner.delete_range(p, a, b).await
+    }
+    async fn sequenced_put(&self, p: &str, prefix: &str, d: &[u64], v: Bytes) -> MetaResult<WriteResult> {
+        self.inner.sequenced_put(p, prefix, d, v).await
+    }
+    async fn list(&self, p: &str, a: &str, b: &str) -> MetaResult<Vec<String>> {
+        self.inner.list(p, a, b).await
+    }
+    async fn scan(&self, p: &str, a: &str, b: &str, limit: Option<usize>) -> MetaResult<Vec<Record>> {
+        self.inner.scan(p, a, b, limit).await
+    }
+    async fn open_session(&self, timeout: Duration) -> MetaResult<Arc<dyn Session>> {
+        self.inner.open_session(timeout).await
+    }
+}
+
+#[tokio::test]
+async fn a_read_with_a_stale_trim_marker_retries_from_the_new_one() {
+    let s = stack();
+    let w = writer(s.meta.clone(), s.wal.clone(), 22);
+    let log = log_ref(23);
+    for i in 0..6u32 {
+        w.append(log.log_id, Bytes::from(format!("x{i}")), 1).await.unwrap();
+    }
+    let stale = s.meta.get("23", &keys::trim_marker_key(log.log_id)).await.unwrap();
+    assert!(stale.is_none());
+    w.soft_trim(log.log_id, 3).await.unwrap(); // B = 4
+    // Lose the entries below B, as a compaction that leaves them out would: delete their
+    // WAL objects' records (hard trim to 4) and the objects' bytes are never read again.
+    s.meta
+        .delete_range("23", &keys::first_key(log.log_id), &keys::covering_lookup_key(log.log_id, 4))
+        .await
+        .unwrap();
+    let stale_marker = Record {
+        key: keys::trim_marker_key(log.log_id),
+        value: Bytes::from_static(b"0"),
+        version: 0,
+        created_ms: 0,
+        modified_ms: 0,
+    };
+    let meta: Arc<dyn MetaStore> =
+        Arc::new(StaleMarkerOnce { inner: s.meta.clone(), stale: std::sync::Mutex::new(Some(stale_marker)) });
+    let r = Reader::new(
+        ReaderConfig::default(),
+        ReaderDeps { meta, wal: s.wal.clone(), compacted: s.compacted.clone() },
+    )
+    .unwrap();
+    let batch = r.read(&log, 0, 1 << 20, Duration::ZERO).await.unwrap();
+    assert_eq!(batch.entries.first().map(|e| e.offset), Some(4));
+    assert_eq!(batch.trim_marker, 4);
+    w.close().await;
+}
