@@ -607,10 +607,10 @@ struct StaleMarkerOnce {
 #[async_trait]
 impl MetaStore for StaleMarkerOnce {
     async fn get_cmp(&self, p: &str, k: &str, c: Comparison) -> MetaResult<Option<Record>> {
-        if k.starts_with("/mark-deleted-offsets/") {
-            if let Some(stale) = self.stale.lock().unwrap().take() {
-                return Ok(Some(stale));
-            }
+        if k.starts_with("/mark-deleted-offsets/")
+            && let Some(stale) = self.stale.lock().unwrap().take()
+        {
+            return Ok(Some(stale));
         }
         self.inner.get_cmp(p, k, c).await
     }
