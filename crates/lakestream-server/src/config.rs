@@ -37,6 +37,8 @@ pub struct ServerConfig {
     pub compactor: CompactorConfig,
     /// How often the compactor role runs its passes.
     pub compactor_schedule: CompactorSchedule,
+    /// Bearer tokens and their per-namespace permissions; none means the API is open.
+    pub auth: crate::auth::AuthConfig,
 }
 
 /// When the compactor role runs.

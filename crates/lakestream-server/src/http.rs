@@ -69,8 +69,42 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/namespaces/{ns}/streams/{stream}/partitions/{p}/offsets", get(offsets))
         .route("/v1/namespaces/{ns}/streams/{stream}/partitions/{p}/trim", post(trim))
         .layer(DefaultBodyLimit::max(body_limit))
+        .layer(axum::middleware::from_fn_with_state(state.clone(), authorize))
         .layer(axum::middleware::from_fn(request_span))
         .with_state(state)
+}
+
+/// Refuses a `/v1` request whose bearer token lacks the permission it needs (when tokens are
+/// configured): 401 without a valid token, 403 with one that does not reach. Nothing runs.
+async fn authorize(
+    State(s): State<AppState>,
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    if s.stack.auth.enabled()
+        && let Some((namespace, needed)) = crate::auth::required(request.method(), request.uri().path())
+    {
+        let header = request.headers().get(header::AUTHORIZATION).and_then(|v| v.to_str().ok());
+        match s.stack.auth.check(header, namespace.as_deref(), needed) {
+            Ok(token) => tracing::debug!(%token, "authorized"),
+            Err(crate::auth::Denied::Unauthenticated) => {
+                s.metrics.http_errors.fetch_add(1, Ordering::Relaxed);
+                let mut r = ApiError::new(
+                    StatusCode::UNAUTHORIZED,
+                    "unauthenticated",
+                    "a valid bearer token is required",
+                )
+                .into_response();
+                r.headers_mut().insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+                return r;
+            }
+            Err(crate::auth::Denied::Forbidden(why)) => {
+                s.metrics.http_errors.fetch_add(1, Ordering::Relaxed);
+                return ApiError::new(StatusCode::FORBIDDEN, "permission_denied", why).into_response();
+            }
+        }
+    }
+    next.run(request).await
 }
 
 /// The header carrying a request's id; a client may send its own (at most 128 visible ASCII

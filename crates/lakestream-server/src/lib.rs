@@ -6,6 +6,7 @@
 //! appends are published and leases released).
 #![deny(missing_docs)]
 
+pub mod auth;
 mod compaction;
 pub mod config;
 pub mod http;

@@ -34,6 +34,8 @@ pub struct Stack {
     pub reader: Option<Reader>,
     /// The compactor, when this process serves the compactor role.
     pub compactor: Option<Compactor>,
+    /// The accepted bearer tokens (none: the API is open).
+    pub auth: crate::auth::Authenticator,
 }
 
 /// Why a service could not start; names the component.
@@ -68,6 +70,8 @@ impl Stack {
     /// Opens every component named by `config`.
     pub async fn open(config: &ServerConfig) -> Result<Stack, StartError> {
         config.validate()?;
+        let auth = crate::auth::Authenticator::from_config(&config.auth, |v| std::env::var(v).ok())
+            .map_err(|message| crate::config::ConfigError::Invalid { key: "auth.tokens".into(), message })?;
         let clock: Arc<dyn Clock> = Arc::new(SystemClock);
         let meta = open_meta(&config.metadata, clock.clone()).await?;
         let wal = open_objects("storage.wal", &config.storage.wal)?;
@@ -113,7 +117,7 @@ impl Stack {
         } else {
             None
         };
-        Ok(Stack { meta, wal, compacted, catalog, writer, reader, compactor })
+        Ok(Stack { meta, wal, compacted, catalog, writer, reader, compactor, auth })
     }
 
     /// Every log of every live stream, from the catalog, for a compaction pass.

@@ -52,11 +52,24 @@ async fn call(
     content_type: &str,
     body: &[u8],
 ) -> (StatusCode, Vec<(String, String)>, Vec<u8>) {
+    call_as(base, method, path, content_type, body, None).await
+}
+
+/// [`call`] with an optional bearer token.
+async fn call_as(
+    base: &str,
+    method: &str,
+    path: &str,
+    content_type: &str,
+    body: &[u8],
+    token: Option<&str>,
+) -> (StatusCode, Vec<(String, String)>, Vec<u8>) {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let host = base.trim_start_matches("http://");
     let mut stream = tokio::net::TcpStream::connect(host).await.unwrap();
+    let auth = token.map(|t| format!("authorization: Bearer {t}\r\n")).unwrap_or_default();
     let head = format!(
-        "{method} {path} HTTP/1.1\r\nhost: {host}\r\ncontent-type: {content_type}\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
+        "{method} {path} HTTP/1.1\r\nhost: {host}\r\ncontent-type: {content_type}\r\ncontent-length: {}\r\n{auth}connection: close\r\n\r\n",
         body.len()
     );
     stream.write_all(head.as_bytes()).await.unwrap();
@@ -359,4 +372,84 @@ async fn kafka_record_batches_are_validated_and_counted_by_the_binding() {
         json_call(b, "GET", "/v1/namespaces/default/streams/topic-a/partitions/0/offsets", Value::Null).await;
     assert_eq!(offs["next_offset"], u64::from(expected));
     stop(s).await;
+}
+
+#[tokio::test]
+async fn bearer_tokens_guard_every_namespace_and_refused_requests_write_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = ServerConfig::dev(dir.path(), "127.0.0.1:0".parse().unwrap());
+    config.writer.flush_window = Duration::from_millis(2);
+    config.auth = toml::from_str(
+        r#"
+        [[tokens]]
+        name = "ops"
+        token = "ops-token-0123456789"
+        namespaces = { "*" = "admin" }
+        [[tokens]]
+        name = "team-a"
+        token = "team-a-token-0123456789"
+        namespaces = { a = "write" }
+        [[tokens]]
+        name = "reader"
+        token = "reader-token-0123456789"
+        namespaces = { default = "read" }
+        "#,
+    )
+    .unwrap();
+    let stack = Stack::open(&config).await.unwrap();
+    stack.catalog.create_stream("default", "guarded", 1, Default::default()).await.unwrap();
+    let (addr_tx, addr_rx) = tokio::sync::oneshot::channel();
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let task = tokio::spawn(async move {
+        lakestream_server::serve(&config, stack, move |a| drop(addr_tx.send(a)), async move {
+            let _ = stop_rx.await;
+        })
+        .await
+    });
+    let b = format!("http://{}", addr_rx.await.unwrap());
+    let produce = "/v1/namespaces/default/streams/guarded/partitions/0/entries";
+    let offsets = "/v1/namespaces/default/streams/guarded/partitions/0/offsets";
+
+    // Unauthenticated and wrong-namespace writes are refused; nothing is written.
+    let (status, headers, _) = call_as(&b, "POST", produce, "application/octet-stream", b"x", None).await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED);
+    assert!(headers.iter().any(|(k, v)| k == "www-authenticate" && v == "Bearer"));
+    let (status, _, _) =
+        call_as(&b, "POST", produce, "application/octet-stream", b"x", Some("wrong-token-0123456789")).await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED);
+    let (status, _, body) =
+        call_as(&b, "POST", produce, "application/octet-stream", b"x", Some("team-a-token-0123456789")).await;
+    assert_eq!(status, StatusCode::FORBIDDEN, "{}", String::from_utf8_lossy(&body));
+    let (status, _, _) =
+        call_as(&b, "POST", produce, "application/octet-stream", b"x", Some("reader-token-0123456789")).await;
+    assert_eq!(status, StatusCode::FORBIDDEN, "read does not allow produce");
+    let (status, _, body) =
+        call_as(&b, "GET", offsets, "text/plain", b"", Some("reader-token-0123456789")).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(
+        serde_json::from_slice::<Value>(&body).unwrap()["next_offset"],
+        0,
+        "refused requests wrote nothing"
+    );
+
+    // The right token writes; stream administration needs admin.
+    let (status, _, _) =
+        call_as(&b, "POST", produce, "application/octet-stream", b"x", Some("ops-token-0123456789")).await;
+    assert_eq!(status, StatusCode::OK);
+    let create = br#"{"name":"more"}"#;
+    let (status, _, _) = call_as(
+        &b,
+        "POST",
+        "/v1/namespaces/default/streams",
+        "application/json",
+        create,
+        Some("reader-token-0123456789"),
+    )
+    .await;
+    assert_eq!(status, StatusCode::FORBIDDEN);
+    // Operations endpoints need no token.
+    let (status, _, _) = call_as(&b, "GET", "/healthz", "text/plain", b"", None).await;
+    assert_eq!(status, StatusCode::OK);
+    stop_tx.send(()).unwrap();
+    task.await.unwrap().unwrap();
 }
