@@ -401,9 +401,16 @@ async fn bearer_tokens_guard_every_namespace_and_refused_requests_write_nothing(
     let (addr_tx, addr_rx) = tokio::sync::oneshot::channel();
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
     let task = tokio::spawn(async move {
-        lakestream_server::serve(&config, stack, move |a| drop(addr_tx.send(a)), async move {
-            let _ = stop_rx.await;
-        })
+        lakestream_server::serve(
+            &config,
+            stack,
+            move |a| {
+                let _ = addr_tx.send(a);
+            },
+            async move {
+                let _ = stop_rx.await;
+            },
+        )
         .await
     });
     let b = format!("http://{}", addr_rx.await.unwrap());
