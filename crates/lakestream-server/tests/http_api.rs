@@ -17,12 +17,19 @@ struct Running {
 }
 
 async fn start() -> Running {
+    start_with(|_| {}).await
+}
+
+/// Serves a dev stack in a temporary directory, with the tests' small limits and whatever
+/// `configure` changes.
+async fn start_with(configure: impl FnOnce(&mut ServerConfig)) -> Running {
     let dir = tempfile::tempdir().unwrap();
     let mut config = ServerConfig::dev(dir.path(), "127.0.0.1:0".parse().unwrap());
     config.writer.flush_window = Duration::from_millis(5);
     config.http.max_body_bytes = 64 * 1024;
     config.writer.max_entry_bytes = 32 * 1024;
     config.writer.max_in_flight_bytes = 1 << 20;
+    configure(&mut config);
     let stack = Stack::open(&config).await.unwrap();
     let (addr_tx, addr_rx) = tokio::sync::oneshot::channel();
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
@@ -376,62 +383,56 @@ async fn kafka_record_batches_are_validated_and_counted_by_the_binding() {
 
 #[tokio::test]
 async fn bearer_tokens_guard_every_namespace_and_refused_requests_write_nothing() {
-    let dir = tempfile::tempdir().unwrap();
-    let mut config = ServerConfig::dev(dir.path(), "127.0.0.1:0".parse().unwrap());
-    config.writer.flush_window = Duration::from_millis(2);
-    config.auth = toml::from_str(
-        r#"
-        [[tokens]]
-        name = "ops"
-        token = "ops-token-0123456789"
-        namespaces = { "*" = "admin" }
-        [[tokens]]
-        name = "team-a"
-        token = "team-a-token-0123456789"
-        namespaces = { a = "write" }
-        [[tokens]]
-        name = "reader"
-        token = "reader-token-0123456789"
-        namespaces = { default = "read" }
-        "#,
-    )
-    .unwrap();
-    let stack = Stack::open(&config).await.unwrap();
-    stack.catalog.create_stream("default", "guarded", 1, Default::default()).await.unwrap();
-    let (addr_tx, addr_rx) = tokio::sync::oneshot::channel();
-    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-    let task = tokio::spawn(async move {
-        lakestream_server::serve(
-            &config,
-            stack,
-            move |a| {
-                let _ = addr_tx.send(a);
-            },
-            async move {
-                let _ = stop_rx.await;
-            },
+    let s = start_with(|config| {
+        config.auth = toml::from_str(
+            r#"
+            [[tokens]]
+            name = "ops"
+            token = "ops-token-0123456789"
+            namespaces = { "*" = "admin" }
+            [[tokens]]
+            name = "team-a"
+            token = "team-a-token-0123456789"
+            namespaces = { a = "write" }
+            [[tokens]]
+            name = "reader"
+            token = "reader-token-0123456789"
+            namespaces = { default = "read" }
+            "#,
         )
-        .await
-    });
-    let b = format!("http://{}", addr_rx.await.unwrap());
+        .unwrap();
+    })
+    .await;
+    let b = &s.base;
+    let create = br#"{"name":"guarded"}"#;
+    let (status, _, _) = call_as(
+        b,
+        "POST",
+        "/v1/namespaces/default/streams",
+        "application/json",
+        create,
+        Some("ops-token-0123456789"),
+    )
+    .await;
+    assert_eq!(status, StatusCode::CREATED);
     let produce = "/v1/namespaces/default/streams/guarded/partitions/0/entries";
     let offsets = "/v1/namespaces/default/streams/guarded/partitions/0/offsets";
 
     // Unauthenticated and wrong-namespace writes are refused; nothing is written.
-    let (status, headers, _) = call_as(&b, "POST", produce, "application/octet-stream", b"x", None).await;
+    let (status, headers, _) = call_as(b, "POST", produce, "application/octet-stream", b"x", None).await;
     assert_eq!(status, StatusCode::UNAUTHORIZED);
     assert!(headers.iter().any(|(k, v)| k == "www-authenticate" && v == "Bearer"));
     let (status, _, _) =
-        call_as(&b, "POST", produce, "application/octet-stream", b"x", Some("wrong-token-0123456789")).await;
+        call_as(b, "POST", produce, "application/octet-stream", b"x", Some("wrong-token-0123456789")).await;
     assert_eq!(status, StatusCode::UNAUTHORIZED);
     let (status, _, body) =
-        call_as(&b, "POST", produce, "application/octet-stream", b"x", Some("team-a-token-0123456789")).await;
+        call_as(b, "POST", produce, "application/octet-stream", b"x", Some("team-a-token-0123456789")).await;
     assert_eq!(status, StatusCode::FORBIDDEN, "{}", String::from_utf8_lossy(&body));
     let (status, _, _) =
-        call_as(&b, "POST", produce, "application/octet-stream", b"x", Some("reader-token-0123456789")).await;
+        call_as(b, "POST", produce, "application/octet-stream", b"x", Some("reader-token-0123456789")).await;
     assert_eq!(status, StatusCode::FORBIDDEN, "read does not allow produce");
     let (status, _, body) =
-        call_as(&b, "GET", offsets, "text/plain", b"", Some("reader-token-0123456789")).await;
+        call_as(b, "GET", offsets, "text/plain", b"", Some("reader-token-0123456789")).await;
     assert_eq!(status, StatusCode::OK);
     assert_eq!(
         serde_json::from_slice::<Value>(&body).unwrap()["next_offset"],
@@ -441,7 +442,7 @@ async fn bearer_tokens_guard_every_namespace_and_refused_requests_write_nothing(
 
     // The right token writes; stream administration needs admin.
     let (status, _, _) =
-        call_as(&b, "POST", produce, "application/octet-stream", b"x", Some("ops-token-0123456789")).await;
+        call_as(b, "POST", produce, "application/octet-stream", b"x", Some("ops-token-0123456789")).await;
     assert_eq!(status, StatusCode::OK);
     let create = br#"{"name":"more"}"#;
     let (status, _, _) = call_as(
@@ -455,8 +456,7 @@ async fn bearer_tokens_guard_every_namespace_and_refused_requests_write_nothing(
     .await;
     assert_eq!(status, StatusCode::FORBIDDEN);
     // Operations endpoints need no token.
-    let (status, _, _) = call_as(&b, "GET", "/healthz", "text/plain", b"", None).await;
+    let (status, _, _) = call_as(b, "GET", "/healthz", "text/plain", b"", None).await;
     assert_eq!(status, StatusCode::OK);
-    stop_tx.send(()).unwrap();
-    task.await.unwrap().unwrap();
+    stop(s).await;
 }
