@@ -446,7 +446,7 @@ async fn bearer_tokens_guard_every_namespace_and_refused_requests_write_nothing(
     assert_eq!(status, StatusCode::OK);
     let create = br#"{"name":"more"}"#;
     let (status, _, _) = call_as(
-        &b,
+        b,
         "POST",
         "/v1/namespaces/default/streams",
         "application/json",
