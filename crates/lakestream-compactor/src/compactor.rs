@@ -37,7 +37,7 @@ use crate::error::{CompactError, CompactResult};
 use crate::ledger;
 use crate::names;
 use crate::plan::{self, NextRange, PendingRetire, Planning, RangePlan, Thresholds};
-use crate::progress::{CompactReport, Progress, ProgressFn, RangeReport};
+use crate::progress::{Backlog, CompactReport, Progress, ProgressFn, RangeReport};
 use crate::records::{self, IndexRecord};
 
 /// The components a compactor needs. Time and randomness are injected.
@@ -246,14 +246,23 @@ impl Compactor {
 
     /// Plans the log's next compaction from its records, B and the clock.
     pub async fn plan(&self, log_id: LogId) -> CompactResult<(Vec<IndexRecord>, Planning)> {
+        let (_, records, planning) = self.plan_with_marker(log_id).await?;
+        Ok((records, planning))
+    }
+
+    /// [`Compactor::plan`], also answering the trim marker B it planned with.
+    async fn plan_with_marker(&self, log_id: LogId) -> CompactResult<(Offset, Vec<IndexRecord>, Planning)> {
         let b = records::trim_marker(self.meta(), log_id).await?;
         let records = records::scan_log(self.meta(), log_id).await?;
-        let thresholds = Thresholds {
+        let planning = plan::plan(&records, b, self.now_ms(), self.thresholds());
+        Ok((b, records, planning))
+    }
+
+    fn thresholds(&self) -> Thresholds {
+        Thresholds {
             max_range_bytes: self.inner.config.max_range_bytes,
             max_range_age_ms: CompactorConfig::ms(self.inner.config.max_range_age),
-        };
-        let planning = plan::plan(&records, b, self.now_ms(), thresholds);
-        Ok((records, planning))
+        }
     }
 
     /// C2: reads the range's entries that end above B and writes them to compacted files with
@@ -639,9 +648,15 @@ impl Compactor {
         // Each round compacts one range; the bound only guards against a planner that would
         // return the same range forever.
         for _ in 0..10_000 {
-            let (records, planning) = self.plan(log_id).await?;
+            let (b, records, planning) = self.plan_with_marker(log_id).await?;
             self.repair(claim, &records, &planning.repairs, progress).await?;
-            let NextRange::Ready(plan) = planning.next else { break };
+            let plan = match planning.next {
+                NextRange::Ready(plan) => plan,
+                open_or_nothing => {
+                    progress(&Progress::Backlog(self.backlog(log_id, b, &open_or_nothing)));
+                    break;
+                }
+            };
             progress(&Progress::RangeStarted { log_id, start: plan.start, end: plan.end });
             let Some(prepared) = self.prepare(log, &plan).await? else { continue };
             self.finish_or_keep(claim, &prepared).await?;
@@ -651,6 +666,18 @@ impl Compactor {
             reports.push(report);
         }
         Ok(reports)
+    }
+
+    /// What is left to compact once no range is closed: the open range's payload and the time
+    /// its oldest entry was written.
+    fn backlog(&self, log_id: LogId, trim_marker: Offset, next: &NextRange) -> Backlog {
+        let (open_payload_bytes, oldest_open_entry_ms) = match next {
+            NextRange::Open { closes_at_ms, payload_bytes } => {
+                (*payload_bytes, Some(closes_at_ms - self.thresholds().max_range_age_ms))
+            }
+            NextRange::Ready(_) | NextRange::Nothing => (0, None),
+        };
+        Backlog { log_id, trim_marker, open_payload_bytes, oldest_open_entry_ms }
     }
 
     /// `finish`, keeping the compaction for a later retry when its C3 may have taken effect

@@ -38,6 +38,8 @@ pub enum Progress {
         /// `e`.
         end: Offset,
     },
+    /// No closed range is left in a log: how far its compaction is behind.
+    Backlog(Backlog),
     /// A log's compaction ended.
     LogDone {
         /// The log.
@@ -50,6 +52,20 @@ pub enum Progress {
         /// Its path.
         path: String,
     },
+}
+
+/// How far a log's compaction is behind when a pass over it ends (for lag metrics).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Backlog {
+    /// The log.
+    pub log_id: LogId,
+    /// Its trim marker B.
+    pub trim_marker: Offset,
+    /// Payload bytes of RAW records above B not yet in a closed range.
+    pub open_payload_bytes: u64,
+    /// When the oldest of those entries was written (ms since the epoch); `None` when
+    /// nothing is waiting.
+    pub oldest_open_entry_ms: Option<i64>,
 }
 
 /// One compacted range.

@@ -30,6 +30,38 @@ async fn index_values(s: &Stack, log: LogId) -> Vec<(keys::IndexKey, IndexValue,
         .collect()
 }
 
+/// Where most rule tests start: a log of aged one-record entries, a compactor holding the
+/// log's claim, and the range it planned (C1).
+struct Planned {
+    s: Stack,
+    w: lakestream_writer::Writer,
+    log: lakestream_format::LogRef,
+    acked: Vec<lakestream_format::Entry>,
+    c: lakestream_compactor::Compactor,
+    claim: lakestream_compactor::compactor::Claim,
+    plan: lakestream_compactor::plan::RangePlan,
+}
+
+impl Planned {
+    /// Appends `entries` entries (payloads tagged `tag`) with writer `writer_seed` to log
+    /// `log_id`, ages them past the range's age limit, and plans with compactor
+    /// `compactor_seed`.
+    async fn new(writer_seed: u64, log_id: u64, entries: usize, tag: &str, compactor_seed: u64) -> Planned {
+        let s = Stack::new();
+        let w = s.writer(writer_seed);
+        let log = log_ref(log_id);
+        let acked = append_n(&w, log.log_id, entries, 1, tag).await;
+        s.clock.advance_ms(AGE);
+        let c = s.compactor(test_config(), compactor_seed);
+        let claim = c.claim(log.log_id).await.unwrap();
+        let (_, planning) = c.plan(log.log_id).await.unwrap();
+        let NextRange::Ready(plan) = planning.next else {
+            panic!("{entries} aged entries make a ready range")
+        };
+        Planned { s, w, log, acked, c, claim, plan }
+    }
+}
+
 #[tokio::test]
 async fn compaction_preserves_bytes_offsets_timestamps_and_the_last_key() {
     let s = Stack::new();
@@ -90,6 +122,49 @@ async fn companion_rows_carry_each_entry_header_as_read_from_its_raw_record() {
             (entry.offset, entry.record_count, entry.timestamp_ms, entry.payload.len(), cumulative)
         );
     }
+    w.close().await;
+}
+
+/// The backlog events of one `compact_log` of `log`.
+async fn backlogs(
+    c: &lakestream_compactor::Compactor,
+    log: &lakestream_format::LogRef,
+) -> Vec<lakestream_compactor::Backlog> {
+    let mut events = Vec::new();
+    let seen = Mutex::new(&mut events);
+    let record = |p: &Progress| seen.lock().unwrap().push(p.clone());
+    c.compact_log(log, &record).await.unwrap();
+    events
+        .into_iter()
+        .filter_map(|e| match e {
+            Progress::Backlog(b) => Some(b),
+            _ => None,
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn a_pass_reports_each_logs_backlog_for_the_lag_metrics() {
+    let s = Stack::new();
+    let w = s.writer(40);
+    let log = log_ref(41);
+    let acked = append_n(&w, log.log_id, 3, 1, "lag").await;
+    let c = s.compactor(test_config(), 41);
+    // Young entries: an open range holding all their payload, oldest written first.
+    let young = backlogs(&c, &log).await;
+    let payload: u64 = acked.iter().map(|e| e.payload.len() as u64).sum();
+    assert_eq!(young.len(), 1);
+    assert_eq!(young[0].log_id, log.log_id);
+    assert_eq!(young[0].open_payload_bytes, payload);
+    assert_eq!(young[0].oldest_open_entry_ms, Some(acked[0].timestamp_ms));
+    assert_eq!(young[0].trim_marker, 0);
+    // Aged: the range is compacted and nothing waits; the marker moves with a soft trim.
+    w.soft_trim(log.log_id, 0).await.unwrap();
+    s.clock.advance_ms(AGE);
+    let done = backlogs(&c, &log).await;
+    assert_eq!(done.len(), 1);
+    assert_eq!((done[0].open_payload_bytes, done[0].oldest_open_entry_ms), (0, None));
+    assert_eq!(done[0].trim_marker, 1);
     w.close().await;
 }
 
@@ -197,15 +272,7 @@ async fn entries_below_b_left_out_of_a_straddling_record_keep_exact_cumulative_s
 async fn a_crash_between_c3_and_c4_is_finished_by_the_next_compactor() {
     // [Compactor] If a compaction fails after step C3 has taken effect, the compactor MUST
     // repeat C3 and C4 … until C4 has completed.
-    let s = Stack::new();
-    let w = s.writer(7);
-    let log = log_ref(13);
-    let acked = append_n(&w, log.log_id, 5, 1, "crash").await;
-    s.clock.advance_ms(AGE);
-    let c = s.compactor(test_config(), 18);
-    let claim = c.claim(log.log_id).await.unwrap();
-    let (_, planning) = c.plan(log.log_id).await.unwrap();
-    let NextRange::Ready(plan) = planning.next else { panic!() };
+    let Planned { s, w, log, acked, c, claim, plan } = Planned::new(7, 13, 5, "crash", 18).await;
     let prepared = c.prepare(&log, &plan).await.unwrap().unwrap();
     let lease = c.acquire_lease(&claim).await.unwrap();
     assert_eq!(c.install(&prepared, &lease).await.unwrap(), InstallOutcome::Installed);
@@ -232,15 +299,7 @@ async fn a_crash_between_c3_and_c4_is_finished_by_the_next_compactor() {
 #[tokio::test]
 async fn c3_and_c4_repeated_with_the_same_value_give_the_same_state() {
     // Idempotent retry (addendum §13.2).
-    let s = Stack::new();
-    let w = s.writer(8);
-    let log = log_ref(14);
-    append_n(&w, log.log_id, 4, 1, "idem").await;
-    s.clock.advance_ms(AGE);
-    let c = s.compactor(test_config(), 20);
-    let claim = c.claim(log.log_id).await.unwrap();
-    let (_, planning) = c.plan(log.log_id).await.unwrap();
-    let NextRange::Ready(plan) = planning.next else { panic!() };
+    let Planned { s, w, log, c, claim, plan, .. } = Planned::new(8, 14, 4, "idem", 20).await;
     let prepared = c.prepare(&log, &plan).await.unwrap().unwrap();
     assert_eq!(c.finish(&claim, &prepared).await.unwrap(), InstallOutcome::Installed);
     let once = index_values(&s, log.log_id).await;
@@ -254,15 +313,7 @@ async fn c3_and_c4_repeated_with_the_same_value_give_the_same_state() {
 async fn a_parquet_record_of_an_earlier_compaction_is_never_replaced() {
     // [Compactor] A compaction MUST NOT replace or delete a PARQUET record that an earlier
     // compaction installed.
-    let s = Stack::new();
-    let w = s.writer(9);
-    let log = log_ref(15);
-    append_n(&w, log.log_id, 3, 1, "first").await;
-    s.clock.advance_ms(AGE);
-    let c = s.compactor(test_config(), 21);
-    let claim = c.claim(log.log_id).await.unwrap();
-    let (_, planning) = c.plan(log.log_id).await.unwrap();
-    let NextRange::Ready(plan) = planning.next else { panic!() };
+    let Planned { s, w, log, c, claim, plan, .. } = Planned::new(9, 15, 3, "first", 21).await;
     let stale = c.prepare(&log, &plan).await.unwrap().unwrap();
     let winner = c.prepare(&log, &plan).await.unwrap().unwrap(); // other files, other value
     assert_ne!(stale.value, winner.value);
@@ -278,15 +329,7 @@ async fn a_parquet_record_of_an_earlier_compaction_is_never_replaced() {
 #[tokio::test]
 async fn c3_is_skipped_when_a_hard_trim_removed_the_key() {
     // C3: "if the key no longer exists, it MUST skip this step"; C4 still runs.
-    let s = Stack::new();
-    let w = s.writer(10);
-    let log = log_ref(16);
-    append_n(&w, log.log_id, 4, 1, "gone").await;
-    s.clock.advance_ms(AGE);
-    let c = s.compactor(test_config(), 22);
-    let claim = c.claim(log.log_id).await.unwrap();
-    let (_, planning) = c.plan(log.log_id).await.unwrap();
-    let NextRange::Ready(mut plan) = planning.next else { panic!() };
+    let Planned { s, w, log, c, claim, mut plan, .. } = Planned::new(10, 16, 4, "gone", 22).await;
     // Compact only [0, 3) so that the log keeps a last record.
     plan.records.truncate(3);
     plan.end = 3;
@@ -324,15 +367,7 @@ async fn one_compactor_per_log_at_a_time_through_the_metadata_store() {
 async fn c3_to_c5_stop_once_the_session_ends() {
     // [Compactor] SHOULD stop the compaction index update once it learns that the session
     // behind its write lease has ended.
-    let s = Stack::new();
-    let w = s.writer(11);
-    let log = log_ref(18);
-    append_n(&w, log.log_id, 3, 1, "s").await;
-    s.clock.advance_ms(AGE);
-    let c = s.compactor(test_config(), 25);
-    let claim = c.claim(log.log_id).await.unwrap();
-    let (_, planning) = c.plan(log.log_id).await.unwrap();
-    let NextRange::Ready(plan) = planning.next else { panic!() };
+    let Planned { s, w, log, c, claim, plan, .. } = Planned::new(11, 18, 3, "s", 25).await;
     let prepared = c.prepare(&log, &plan).await.unwrap().unwrap();
     let lease = c.acquire_lease(&claim).await.unwrap();
     assert!(s.mem.expire_session(&c.session_id().await.unwrap()));
@@ -367,15 +402,7 @@ async fn a_fenced_log_stops_the_compaction() {
 
 #[tokio::test]
 async fn c3_never_puts_after_the_deadline() {
-    let s = Stack::new();
-    let w = s.writer(13);
-    let log = log_ref(20);
-    append_n(&w, log.log_id, 3, 1, "late").await;
-    s.clock.advance_ms(AGE);
-    let c = s.compactor(test_config(), 27);
-    let claim = c.claim(log.log_id).await.unwrap();
-    let (_, planning) = c.plan(log.log_id).await.unwrap();
-    let NextRange::Ready(plan) = planning.next else { panic!() };
+    let Planned { s, w, log, c, claim, plan, .. } = Planned::new(13, 20, 3, "late", 27).await;
     let prepared = c.prepare(&log, &plan).await.unwrap().unwrap();
     s.clock.advance_ms(15 * 60_000 + 1);
     let err = c.finish(&claim, &prepared).await.unwrap_err();
@@ -574,15 +601,7 @@ async fn a_corrupt_index_record_is_reported_not_compacted() {
 async fn a_hard_trim_between_the_get_and_the_put_of_c3_leaves_a_record_below_b() {
     // Spec "Offset index keys": a hard trim that runs between the Get and the Put of step C3
     // lets the Put re-create the key; the record and the gap both lie below B.
-    let s = Stack::new();
-    let w = s.writer(18);
-    let log = log_ref(27);
-    let acked = append_n(&w, log.log_id, 4, 1, "race").await;
-    s.clock.advance_ms(AGE);
-    let c = s.compactor(test_config(), 33);
-    let claim = c.claim(log.log_id).await.unwrap();
-    let (_, planning) = c.plan(log.log_id).await.unwrap();
-    let NextRange::Ready(mut plan) = planning.next else { panic!() };
+    let Planned { s, w, log, acked, c, claim, mut plan } = Planned::new(18, 27, 4, "race", 33).await;
     plan.records.truncate(3);
     plan.end = 3;
     plan.cumulative_end = plan.records[2].cumulative_end;
@@ -610,15 +629,7 @@ async fn a_late_c3_re_checks_c1_and_never_covers_an_earlier_parquet_record() {
     // session ended must not install later over a PARQUET record another compaction put in
     // its range, or its C4 would delete that record (spec: MUST NOT replace or delete a
     // PARQUET record that an earlier compaction installed).
-    let s = Stack::new();
-    let w = s.writer(19);
-    let log = log_ref(28);
-    let acked = append_n(&w, log.log_id, 4, 1, "late").await;
-    s.clock.advance_ms(AGE);
-    let c = s.compactor(test_config(), 34);
-    let claim = c.claim(log.log_id).await.unwrap();
-    let (_, planning) = c.plan(log.log_id).await.unwrap();
-    let NextRange::Ready(whole) = planning.next else { panic!() };
+    let Planned { s, w, log, acked, c, claim, plan: whole } = Planned::new(19, 28, 4, "late", 34).await;
     let late = c.prepare(&log, &whole).await.unwrap().unwrap(); // [0, 4), not installed
     let mut first = whole.clone();
     first.records.truncate(2);
@@ -657,15 +668,7 @@ async fn prepare_prefix(
 async fn a_stale_compaction_whose_key_a_later_compaction_removed_runs_no_c4() {
     // The key of R_k is absent here because a later compaction retired it, not because of a
     // hard trim: the stale compaction's C4 would delete the PARQUET record [0, 2).
-    let s = Stack::new();
-    let w = s.writer(20);
-    let log = log_ref(29);
-    let acked = append_n(&w, log.log_id, 6, 1, "stale").await;
-    s.clock.advance_ms(AGE);
-    let c = s.compactor(test_config(), 35);
-    let claim = c.claim(log.log_id).await.unwrap();
-    let (_, planning) = c.plan(log.log_id).await.unwrap();
-    let NextRange::Ready(whole) = planning.next else { panic!() };
+    let Planned { s, w, log, acked, c, claim, plan: whole } = Planned::new(20, 29, 6, "stale", 35).await;
     let stale = prepare_prefix(&c, &log, &whole, 0, 4).await; // [0, 4)
     c.finish(&claim, &prepare_prefix(&c, &log, &whole, 0, 2).await).await.unwrap(); // [0, 2)
     c.finish(&claim, &prepare_prefix(&c, &log, &whole, 2, 4).await).await.unwrap(); // [2, 6)
@@ -683,15 +686,7 @@ async fn a_stale_compaction_whose_key_a_later_compaction_removed_runs_no_c4() {
 async fn a_stale_compaction_inside_an_installed_range_is_refused() {
     // A PARQUET record [0, 4) whose C4 has not run yet covers [0, 2): a stale compaction of
     // [0, 2) must not install there, or the later C4 of [0, 4) would delete it.
-    let s = Stack::new();
-    let w = s.writer(21);
-    let log = log_ref(30);
-    let acked = append_n(&w, log.log_id, 4, 1, "inside").await;
-    s.clock.advance_ms(AGE);
-    let c = s.compactor(test_config(), 36);
-    let claim = c.claim(log.log_id).await.unwrap();
-    let (_, planning) = c.plan(log.log_id).await.unwrap();
-    let NextRange::Ready(whole) = planning.next else { panic!() };
+    let Planned { s, w, log, acked, c, claim, plan: whole } = Planned::new(21, 30, 4, "inside", 36).await;
     let stale = prepare_prefix(&c, &log, &whole, 0, 2).await;
     let outer = prepare_prefix(&c, &log, &whole, 0, 4).await;
     let lease = c.acquire_lease(&claim).await.unwrap();

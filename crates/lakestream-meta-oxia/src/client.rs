@@ -278,40 +278,12 @@ impl OxiaClient {
     /// `Read`: the responses to the request's gets, in request order, from every stream
     /// message.
     pub async fn read(&self, shard: ShardId, request: ReadRequest) -> MetaResult<Vec<GetResponse>> {
-        let timeout = self.inner.config.request_timeout;
-        self.with_retries(shard, Method::Read, |rpc| {
-            let request = request.clone();
-            async move {
-                let mut stream: Streaming<ReadResponse> =
-                    rpc.server_streaming(Method::Read, request, Some(timeout)).await?;
-                let mut gets = Vec::new();
-                while let Some(message) = stream.message().await.map_err(|s| OxiaError::from_status(&s))? {
-                    gets.extend(message.gets);
-                }
-                Ok(gets)
-            }
-        })
-        .await
-        .map_err(|error| error.to_meta_error(RequestPhase::Rejected))
+        self.collect_stream(shard, Method::Read, request, |m: ReadResponse| m.gets, None).await
     }
 
     /// `List`: the keys of every stream message, in the shard's order.
     pub async fn list(&self, shard: ShardId, request: ListRequest) -> MetaResult<Vec<String>> {
-        let timeout = self.inner.config.request_timeout;
-        self.with_retries(shard, Method::List, |rpc| {
-            let request = request.clone();
-            async move {
-                let mut stream: Streaming<ListResponse> =
-                    rpc.server_streaming(Method::List, request, Some(timeout)).await?;
-                let mut keys = Vec::new();
-                while let Some(message) = stream.message().await.map_err(|s| OxiaError::from_status(&s))? {
-                    keys.extend(message.keys);
-                }
-                Ok(keys)
-            }
-        })
-        .await
-        .map_err(|error| error.to_meta_error(RequestPhase::Rejected))
+        self.collect_stream(shard, Method::List, request, |m: ListResponse| m.keys, None).await
     }
 
     /// `RangeScan`: the records of every stream message, stopping (cancelling the call) once
@@ -322,20 +294,38 @@ impl OxiaClient {
         request: RangeScanRequest,
         limit: Option<usize>,
     ) -> MetaResult<Vec<GetResponse>> {
+        self.collect_stream(shard, Method::RangeScan, request, |m: RangeScanResponse| m.records, limit).await
+    }
+
+    /// Calls a server-streaming `method` (retried while nothing was received) and collects the
+    /// items of every response message, dropping the stream — which cancels the call — once
+    /// `limit` items are in.
+    async fn collect_stream<Req, Resp, Item>(
+        &self,
+        shard: ShardId,
+        method: Method,
+        request: Req,
+        items: fn(Resp) -> Vec<Item>,
+        limit: Option<usize>,
+    ) -> MetaResult<Vec<Item>>
+    where
+        Req: prost::Message + Clone + Send + Sync + 'static,
+        Resp: prost::Message + Default + Send + Sync + 'static,
+    {
         let timeout = self.inner.config.request_timeout;
-        self.with_retries(shard, Method::RangeScan, |rpc| {
+        self.with_retries(shard, method, |rpc| {
             let request = request.clone();
             async move {
-                let mut stream: Streaming<RangeScanResponse> =
-                    rpc.server_streaming(Method::RangeScan, request, Some(timeout)).await?;
-                let mut records = Vec::new();
+                let mut stream: Streaming<Resp> =
+                    rpc.server_streaming(method, request, Some(timeout)).await?;
+                let mut collected = Vec::new();
                 while let Some(message) = stream.message().await.map_err(|s| OxiaError::from_status(&s))? {
-                    records.extend(message.records);
-                    if limit.is_some_and(|limit| records.len() >= limit) {
+                    collected.extend(items(message));
+                    if limit.is_some_and(|limit| collected.len() >= limit) {
                         break;
                     }
                 }
-                Ok(records)
+                Ok(collected)
             }
         })
         .await
