@@ -19,8 +19,8 @@ pub const MAX_SESSION_TIMEOUT: Duration = Duration::from_secs(300);
 ///
 /// Every field has a default ([`OxiaConfig::default`]) except `addresses`, which must name at
 /// least one server. Call [`OxiaConfig::validate`] before use; [`crate::OxiaClient::connect`]
-/// does.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// does. `Debug` shows every field but the bearer token.
+#[derive(Clone, PartialEq, Eq)]
 pub struct OxiaConfig {
     /// Bootstrap servers as `host:port`, tried in order for the `GetShardAssignments` stream.
     /// Leaders are then dialled at the addresses the servers announce. No default.
@@ -62,6 +62,24 @@ pub struct OxiaTls {
     pub ca_certificate_pem: Option<Vec<u8>>,
     /// The server name to verify, when it differs from the host dialled. Default none.
     pub domain_name: Option<String>,
+}
+
+impl std::fmt::Debug for OxiaConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("OxiaConfig")
+            .field("addresses", &self.addresses)
+            .field("namespace", &self.namespace)
+            .field("service_name", &self.service_name)
+            .field("session_timeout", &self.session_timeout)
+            .field("request_timeout", &self.request_timeout)
+            .field("connect_timeout", &self.connect_timeout)
+            .field("client_identity", &self.client_identity)
+            .field("bearer_token", &self.bearer_token.as_ref().map(|_| "<redacted>"))
+            .field("tls", &self.tls)
+            .field("max_decoding_message_size", &self.max_decoding_message_size)
+            .field("max_pending_writes_per_shard", &self.max_pending_writes_per_shard)
+            .finish()
+    }
 }
 
 impl Default for OxiaConfig {
@@ -204,6 +222,17 @@ mod tests {
 
     fn valid() -> OxiaConfig {
         OxiaConfig::new(["127.0.0.1:6648"])
+    }
+
+    #[test]
+    fn debug_never_shows_the_bearer_token() {
+        let config = OxiaConfig { bearer_token: Some("s3cr3t-token-value".into()), ..valid() };
+        let shown = format!("{config:?}");
+        assert!(!shown.contains("s3cr3t"), "{shown}");
+        assert!(
+            shown.contains("bearer_token: Some(\"<redacted>\")") && shown.contains("127.0.0.1:6648"),
+            "{shown}"
+        );
     }
 
     #[test]

@@ -42,7 +42,8 @@ impl ConditionalPut {
 
 /// Settings of the S3 backend. Every field has a default ([`S3Config::default`]); the
 /// bucket has to be set. Durations deserialize from human-readable text such as `"30s"`.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
+/// `Debug` shows every field but the secret key and the session token.
+#[derive(Clone, PartialEq, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct S3Config {
     /// The bucket. Default: empty (must be set).
@@ -99,6 +100,36 @@ pub struct S3Config {
     pub delete_batch_size: usize,
     /// Keys per ListObjectsV2 page, 1 to 1000. Default 1000.
     pub list_page_size: usize,
+}
+
+/// What `Debug` prints instead of a secret.
+const REDACTED: &str = "<redacted>";
+
+impl std::fmt::Debug for S3Config {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("S3Config")
+            .field("bucket", &self.bucket)
+            .field("prefix", &self.prefix)
+            .field("endpoint", &self.endpoint)
+            .field("region", &self.region)
+            .field("access_key_id", &self.access_key_id)
+            .field("secret_access_key", &self.secret_access_key.as_ref().map(|_| REDACTED))
+            .field("session_token", &self.session_token.as_ref().map(|_| REDACTED))
+            .field("force_path_style", &self.force_path_style)
+            .field("conditional_put", &self.conditional_put)
+            .field("connect_timeout", &self.connect_timeout)
+            .field("attempt_timeout", &self.attempt_timeout)
+            .field("max_attempts", &self.max_attempts)
+            .field("initial_backoff", &self.initial_backoff)
+            .field("max_backoff", &self.max_backoff)
+            .field("retry_seed", &self.retry_seed)
+            .field("multipart_threshold", &self.multipart_threshold)
+            .field("multipart_part_size", &self.multipart_part_size)
+            .field("multipart_concurrency", &self.multipart_concurrency)
+            .field("delete_batch_size", &self.delete_batch_size)
+            .field("list_page_size", &self.list_page_size)
+            .finish()
+    }
 }
 
 impl Default for S3Config {
@@ -263,6 +294,19 @@ mod tests {
 
     fn valid() -> S3Config {
         S3Config { bucket: "lakestream".to_owned(), ..S3Config::default() }
+    }
+
+    #[test]
+    fn debug_never_shows_the_secret_key_or_session_token() {
+        let config = S3Config {
+            access_key_id: Some("AKIDEXAMPLE".into()),
+            secret_access_key: Some("wJalrXUtnFEMI-secret".into()),
+            session_token: Some("FwoGZXIvYXdz-session".into()),
+            ..valid()
+        };
+        let shown = format!("{config:?}");
+        assert!(!shown.contains("wJalr") && !shown.contains("FwoGZ"), "{shown}");
+        assert!(shown.contains("AKIDEXAMPLE") && shown.contains("<redacted>"), "{shown}");
     }
 
     #[test]
