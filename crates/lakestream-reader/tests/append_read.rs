@@ -261,6 +261,38 @@ async fn a_fenced_log_refuses_appends() {
 }
 
 #[tokio::test]
+async fn an_idle_lease_is_released_so_deleting_the_log_need_not_wait_for_the_writer() {
+    // Catalog: deleting L waits until no lease record of L remains. A live writer releases a
+    // lease it has not used for `lease_idle_release`, and takes a new one on the next append.
+    let s = stack();
+    let config = WriterConfig { lease_idle_release: Duration::from_millis(50), ..fast_config() };
+    let deps = WriterDeps {
+        meta: s.meta.clone(),
+        objects: s.wal.clone(),
+        clock: Arc::new(SystemClock),
+        tokens: Arc::new(SeededTokens::new(30)),
+    };
+    let w = Writer::start(config, deps).unwrap();
+    w.append(LogId(30), Bytes::from_static(b"a"), 1).await.unwrap();
+    w.append(LogId(31), Bytes::from_static(b"b"), 1).await.unwrap();
+    assert_eq!(w.leased_logs().await, vec![LogId(30), LogId(31)]);
+    // The drain of a fenced log ends while the writer is still running.
+    lease::fence(s.meta.as_ref(), LogId(30)).await.unwrap();
+    let drain =
+        lease::DrainConfig { timeout: Duration::from_secs(10), poll_interval: Duration::from_millis(5) };
+    let outcome = lease::drain(s.meta.as_ref(), LogId(30), &drain).await.unwrap();
+    assert_eq!(outcome, lease::DrainOutcome::Drained);
+    assert!(!w.leased_logs().await.contains(&LogId(30)));
+    // After the fence the log refuses appends; the other log takes a new lease and goes on.
+    let err = w.append(LogId(30), Bytes::from_static(b"late"), 1).await.unwrap_err();
+    assert_eq!(err, AppendError::Fenced { log_id: LogId(30) });
+    let ack = w.append(LogId(31), Bytes::from_static(b"c"), 1).await.unwrap();
+    assert_eq!(ack.offset, 1);
+    assert_eq!(lease::list_leases(s.meta.as_ref(), LogId(31)).await.unwrap().len(), 1);
+    w.close().await;
+}
+
+#[tokio::test]
 async fn a_lost_session_fails_appends_clearly_and_a_new_lease_is_taken() {
     let s = stack();
     let mem = Arc::new(InMemoryStore::new());

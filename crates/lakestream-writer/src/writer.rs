@@ -132,6 +132,7 @@ impl Writer {
         let upload = Arc::new(UploadCtx { objects: deps.objects, clock: deps.clock, tokens: deps.tokens });
         let batcher = tokio::spawn(run_batcher(config.clone(), batcher_rx, uploaded_tx, upload));
         let publisher = tokio::spawn(run_publisher(uploaded_rx, deps.meta.clone()));
+        tokio::spawn(crate::leases::run_idle_release(Arc::downgrade(&leases), config.lease_idle_release));
         let pipeline = tokio::spawn(async move {
             let _ = batcher.await;
             let _ = publisher.await;
@@ -152,6 +153,19 @@ impl Writer {
     /// The id of the metadata-store session behind the writer's leases, once one is open.
     pub async fn session_id(&self) -> Option<String> {
         self.inner.leases.session_id().await
+    }
+
+    /// Releases now every lease that no pending entry uses and that has not been used for
+    /// `idle` (zero: every unused lease), as the background task does after
+    /// `lease_idle_release`. A service calls it before deleting a stream, so that the
+    /// deletion's drain does not wait for the idle period. Answers how many were released.
+    pub async fn release_idle_leases(&self, idle: std::time::Duration) -> usize {
+        self.inner.leases.release_idle(tokio::time::Instant::now(), idle).await
+    }
+
+    /// The logs whose write lease this writer holds now.
+    pub async fn leased_logs(&self) -> Vec<LogId> {
+        self.inner.leases.held().await
     }
 
     /// The writer's settings.
