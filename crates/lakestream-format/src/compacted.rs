@@ -28,18 +28,18 @@
 use std::ops::Range;
 use std::sync::Arc;
 
-use arrow_array::{Array, ArrayRef, BinaryArray, RecordBatch};
-use arrow_schema::{DataType, Field, Schema};
+use arrow_array::{Array, BinaryArray};
 use bytes::Bytes;
-use parquet::arrow::ArrowWriter;
 use parquet::arrow::arrow_reader::{
     ArrowReaderMetadata, ArrowReaderOptions, ParquetRecordBatchReaderBuilder,
 };
-use parquet::arrow::arrow_writer::ArrowWriterOptions;
 use parquet::basic::{Compression, Repetition, Type as PhysicalType, ZstdLevel};
+use parquet::data_type::{ByteArray, ByteArrayType};
 use parquet::file::metadata::{FooterTail, KeyValue, ParquetMetaData, ParquetMetaDataReader};
 use parquet::file::properties::{EnabledStatistics, WriterProperties};
 use parquet::file::reader::{ChunkReader, Length};
+use parquet::file::writer::SerializedFileWriter;
+use parquet::schema::types::Type as SchemaType;
 
 use crate::error::{FormatError, Result};
 
@@ -166,16 +166,17 @@ impl Default for WriteOptions {
     }
 }
 
-/// Rows are handed to the Parquet writer in batches of this many bytes (or the row-group size).
-const BATCH_BYTES: usize = 8 * 1024 * 1024;
-
 /// Writes one compacted Parquet file in memory, one entry payload per row.
+///
+/// Rows are collected as [`ByteArray`] handles on the payloads (no copy) and written one row
+/// group at a time through the column writer, which encodes each page straight from them:
+/// no Arrow array is built, and no encoded row group is buffered before the file's buffer.
 pub struct CompactedFileWriter {
-    writer: ArrowWriter<Vec<u8>>,
-    schema: Arc<Schema>,
-    pending: Vec<Bytes>,
+    writer: SerializedFileWriter<Vec<u8>>,
+    pending: Vec<ByteArray>,
     pending_bytes: usize,
-    batch_rows: usize,
+    max_rows: usize,
+    max_bytes: usize,
     rows: u64,
 }
 
@@ -202,39 +203,52 @@ impl CompactedFileWriter {
         ];
         let properties = WriterProperties::builder()
             .set_compression(options.codec.to_parquet()?)
-            .set_max_row_group_row_count(Some(options.max_rows_per_row_group))
-            .set_max_row_group_bytes(Some(options.max_row_group_bytes))
             // Min/max of opaque payloads help no reader; they only grow the footer.
             .set_statistics_enabled(EnabledStatistics::None)
             // Entry payloads are unique blobs: a dictionary would hash every payload for nothing.
             .set_dictionary_enabled(false)
             .set_key_value_metadata(Some(footer))
             .build();
-        let schema = Arc::new(Schema::new(vec![Field::new(PAYLOAD_COLUMN, DataType::Binary, true)]));
-        let writer_options = ArrowWriterOptions::new()
-            .with_properties(properties)
-            .with_schema_root(binding.avro_record_name.to_owned())
-            // The Arrow schema would add an `ARROW:schema` key that other readers do not need.
-            .with_skip_arrow_metadata(true);
-        let writer = ArrowWriter::try_new_with_options(Vec::new(), Arc::clone(&schema), writer_options)
-            .map_err(|e| FormatError::invalid(STRUCTURE, format!("cannot start the Parquet writer: {e}")))?;
+        let start_failed = |e: parquet::errors::ParquetError| {
+            FormatError::invalid(STRUCTURE, format!("cannot start the Parquet writer: {e}"))
+        };
+        // `optional binary payload` without a logical type, under the binding's record name:
+        // the schema parquet-avro writes for `["null","bytes"]`.
+        let payload = SchemaType::primitive_type_builder(PAYLOAD_COLUMN, PhysicalType::BYTE_ARRAY)
+            .with_repetition(Repetition::OPTIONAL)
+            .build()
+            .map_err(start_failed)?;
+        let schema = SchemaType::group_type_builder(binding.avro_record_name)
+            .with_fields(vec![Arc::new(payload)])
+            .build()
+            .map_err(start_failed)?;
+        let writer = SerializedFileWriter::new(Vec::new(), Arc::new(schema), Arc::new(properties))
+            .map_err(start_failed)?;
         Ok(Self {
             writer,
-            schema,
             pending: Vec::new(),
             pending_bytes: 0,
-            batch_rows: options.max_rows_per_row_group,
+            max_rows: options.max_rows_per_row_group,
+            max_bytes: options.max_row_group_bytes,
             rows: 0,
         })
     }
 
     /// Appends one row holding `payload` unchanged.
     pub fn push(&mut self, payload: Bytes) -> Result<()> {
+        // The PLAIN encoding stores a value's length as a 4-byte integer that readers take as
+        // signed.
+        if payload.len() > i32::MAX as usize {
+            return Err(FormatError::invalid(
+                STRUCTURE,
+                format!("a payload of {} bytes is larger than a Parquet value can hold", payload.len()),
+            ));
+        }
         self.pending_bytes += payload.len();
-        self.pending.push(payload);
+        self.pending.push(ByteArray::from(payload));
         self.rows += 1;
-        if self.pending.len() >= self.batch_rows || self.pending_bytes >= BATCH_BYTES {
-            self.write_pending()?;
+        if self.pending.len() >= self.max_rows || self.pending_bytes >= self.max_bytes {
+            self.write_row_group()?;
         }
         Ok(())
     }
@@ -244,35 +258,27 @@ impl CompactedFileWriter {
         self.rows
     }
 
-    fn write_pending(&mut self) -> Result<()> {
+    fn write_row_group(&mut self) -> Result<()> {
         if self.pending.is_empty() {
             return Ok(());
         }
-        // A BinaryArray holds at most i32::MAX bytes of values; split larger batches.
-        let mut start = 0;
-        while start < self.pending.len() {
-            let mut end = start;
-            let mut bytes = 0usize;
-            while end < self.pending.len()
-                && (end == start || bytes + self.pending[end].len() <= i32::MAX as usize)
-            {
-                bytes += self.pending[end].len();
-                end += 1;
-            }
-            if bytes > i32::MAX as usize {
-                return Err(FormatError::invalid(
-                    STRUCTURE,
-                    format!("a payload of {bytes} bytes is larger than a Parquet value can hold"),
-                ));
-            }
-            let column: ArrayRef = Arc::new(BinaryArray::from_iter_values(self.pending[start..end].iter()));
-            let batch = RecordBatch::try_new(Arc::clone(&self.schema), vec![column])
-                .map_err(|e| FormatError::invalid(STRUCTURE, format!("cannot build a row batch: {e}")))?;
-            self.writer
-                .write(&batch)
-                .map_err(|e| FormatError::invalid(STRUCTURE, format!("Parquet write failed: {e}")))?;
-            start = end;
-        }
+        let failed = |e: parquet::errors::ParquetError| {
+            FormatError::invalid(STRUCTURE, format!("Parquet write failed: {e}"))
+        };
+        // Grow the file's buffer once for the whole row group rather than doubling page by
+        // page (each doubling copies the file so far and faults in fresh pages). Each value
+        // costs its bytes plus a 4-byte length, one definition-level bit, and page headers.
+        let estimate = self.pending_bytes + self.pending.len() * 5 + 4096;
+        self.writer.inner_mut().reserve(estimate);
+        let mut group = self.writer.next_row_group().map_err(failed)?;
+        let Some(mut column) = group.next_column().map_err(failed)? else {
+            return Err(FormatError::invalid(STRUCTURE, "the schema has no column to write"));
+        };
+        // Every row holds a value (an empty payload is an empty value, never null).
+        let levels = vec![1i16; self.pending.len()];
+        column.typed::<ByteArrayType>().write_batch(&self.pending, Some(&levels), None).map_err(failed)?;
+        column.close().map_err(failed)?;
+        group.close().map_err(failed)?;
         self.pending.clear();
         self.pending_bytes = 0;
         Ok(())
@@ -280,7 +286,7 @@ impl CompactedFileWriter {
 
     /// Writes the remaining rows and the footer, and returns the file's bytes.
     pub fn finish(mut self) -> Result<Vec<u8>> {
-        self.write_pending()?;
+        self.write_row_group()?;
         self.writer
             .into_inner()
             .map_err(|e| FormatError::invalid(STRUCTURE, format!("Parquet close failed: {e}")))

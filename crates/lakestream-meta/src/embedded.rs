@@ -3,10 +3,18 @@
 //!
 //! - **One keyspace.** Every partition shares it, as on a one-shard Oxia. Keys are stored in
 //!   hierarchical-encoded form ([`crate::key_order`]), so redb's bytewise order is the key order.
-//! - **Durable per write.** Each write is one redb transaction committed with immediate
-//!   durability (fsync) before the call returns.
-//! - **Linearizable in its process.** Writers are serialized by one lock; a read runs on the
-//!   latest committed snapshot, so it sees every write that returned before it started.
+//! - **Durable per write, committed in groups.** A write returns only after the redb
+//!   transaction holding it committed with immediate durability (fsync). Writes that arrive
+//!   while a commit is running queue up, and the next committer applies all of them, in
+//!   arrival order, in one transaction: one fsync for the group instead of one per write
+//!   (the produce path issues one sequenced put per log and flush, concurrently).
+//! - **Linearizable in its process.** Writers are serialized by one lock; within a group each
+//!   write sees the ones before it. A read runs on the latest committed snapshot, so it sees
+//!   every write that returned before it started.
+//! - **Failures stay per write.** A write that fails before changing anything (a condition,
+//!   a bad request) fails alone; the rest of its group commits. A write that fails after
+//!   changing the transaction, or a failed commit, fails the whole group, and nothing of it
+//!   is applied.
 //! - **Restart.** Permanent records come back with their versions and timestamps, and the
 //!   version counter is stored with them, so versions keep increasing. Sessions live in memory
 //!   only: opening the file removes every ephemeral record a previous process left.
@@ -25,7 +33,7 @@
 
 use std::ops::Bound;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -137,6 +145,9 @@ struct RecordSpace<'p, T> {
 struct WriteSpace<'p, 't> {
     records: RecordSpace<'p, redb::Table<'t, &'static [u8], &'static [u8]>>,
     meta: redb::Table<'t, &'static str, &'static [u8]>,
+    /// Whether the transaction changed since the flag was last cleared: a write that fails
+    /// with changes made cannot be left out of its group alone.
+    dirty: bool,
 }
 
 fn storage_error(path: &Path, error: impl std::fmt::Display) -> MetaError {
@@ -221,6 +232,7 @@ impl KeySpace for WriteSpace<'_, '_> {
 impl KeySpaceMut for WriteSpace<'_, '_> {
     fn insert(&mut self, key: &[u8], record: &StoredRecord) -> MetaResult<()> {
         let path = self.records.path;
+        self.dirty = true;
         self.records
             .table
             .insert(key, encode_record(record).as_slice())
@@ -230,6 +242,7 @@ impl KeySpaceMut for WriteSpace<'_, '_> {
 
     fn remove(&mut self, key: &[u8]) -> MetaResult<Option<StoredRecord>> {
         let path = self.records.path;
+        self.dirty = true;
         let removed =
             self.records.table.remove(key).map_err(|e| storage_error(path, e))?.map(|v| v.value().to_vec());
         removed.map(|value| self.records.decode(key, &value)).transpose()
@@ -239,6 +252,7 @@ impl KeySpaceMut for WriteSpace<'_, '_> {
         let path = self.records.path;
         let last = read_last_version(&self.meta).map_err(|detail| storage_error(path, detail))?;
         let next = last + 1;
+        self.dirty = true;
         self.meta
             .insert(LAST_VERSION_KEY, next.to_be_bytes().as_slice())
             .map_err(|e| storage_error(path, e))?;
@@ -259,14 +273,111 @@ fn read_last_version(meta: &impl ReadableTable<&'static str, &'static [u8]>) -> 
     }
 }
 
+/// A write waiting in the queue for its group's transaction.
+trait QueuedWrite: Send {
+    /// Runs the write inside the group's transaction and keeps its result. Returns an error
+    /// only when the write failed after changing the transaction: the group cannot commit.
+    fn apply(
+        &mut self,
+        space: &mut WriteSpace<'_, '_>,
+        sessions: &mut SessionTable,
+        now_ms: i64,
+    ) -> MetaResult<()>;
+    /// Hands the caller its result once the group's fate is known: its own result when the
+    /// group committed, otherwise the group's failure.
+    fn complete(self: Box<Self>, group: Result<(), &MetaError>);
+}
+
+/// A [`QueuedWrite`] returning `R` through a channel.
+struct PendingWrite<F, R> {
+    op: Option<F>,
+    result: Option<MetaResult<R>>,
+    reply: std::sync::mpsc::SyncSender<MetaResult<R>>,
+}
+
+impl<F, R> QueuedWrite for PendingWrite<F, R>
+where
+    F: FnOnce(&mut WriteSpace<'_, '_>, &mut SessionTable, i64) -> MetaResult<R> + Send,
+    R: Send,
+{
+    fn apply(
+        &mut self,
+        space: &mut WriteSpace<'_, '_>,
+        sessions: &mut SessionTable,
+        now_ms: i64,
+    ) -> MetaResult<()> {
+        let Some(op) = self.op.take() else { return Ok(()) };
+        space.dirty = false;
+        let result = op(space, sessions, now_ms);
+        let poisoned = match &result {
+            Err(e) if space.dirty => Err(e.clone()),
+            _ => Ok(()),
+        };
+        self.result = Some(result);
+        poisoned
+    }
+
+    fn complete(self: Box<Self>, group: Result<(), &MetaError>) {
+        let result = match (group, self.result) {
+            (Ok(()), Some(result)) => result,
+            // A write that failed on its own changed nothing: its error stands.
+            (Err(_), Some(Err(own))) => Err(own),
+            (Err(e), _) => Err(MetaError::Internal(format!("write not committed, its group failed: {e}"))),
+            (Ok(()), None) => Err(MetaError::Internal("a queued write was never applied".into())),
+        };
+        // The caller may have gone away; nobody is left to tell.
+        let _ = self.reply.send(result);
+    }
+}
+
+/// Writes waiting for the next group commit, in arrival order, and whether a group is being
+/// committed now.
+#[derive(Default)]
+struct WriteQueue {
+    waiting: Vec<Box<dyn QueuedWrite>>,
+    committing: bool,
+    /// Groups committed so far (tests check that concurrent writes share commits).
+    groups: u64,
+}
+
+impl std::fmt::Debug for WriteQueue {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WriteQueue")
+            .field("waiting", &self.waiting.len())
+            .field("committing", &self.committing)
+            .field("groups", &self.groups)
+            .finish()
+    }
+}
+
+/// A writer's turn at committing: ending it clears the `committing` flag and wakes the
+/// writers waiting for the commit.
+struct CommitTurn<'a>(&'a Inner);
+
+impl Drop for CommitTurn<'_> {
+    fn drop(&mut self) {
+        // A poisoned queue still holds consistent fields (each is set in one step).
+        let mut queue = self.0.queue.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        queue.committing = false;
+        queue.groups += 1;
+        drop(queue);
+        self.0.committed.notify_all();
+    }
+}
+
 #[derive(Debug)]
 struct Inner {
     db: Database,
     path: PathBuf,
     clock: Arc<dyn Clock>,
     /// The writer lock: held for every write transaction, so writes and the session table
-    /// change together.
+    /// change together. Its holder commits every queued write.
     sessions: Mutex<SessionTable>,
+    /// Writes queued for the next group commit.
+    queue: Mutex<WriteQueue>,
+    /// Signalled whenever a group commit ends: its writers return, and one of the writers
+    /// still waiting commits the next group.
+    committed: Condvar,
 }
 
 impl Inner {
@@ -289,7 +400,8 @@ impl Inner {
         let result = {
             let records = txn.open_table(RECORDS).map_err(|e| storage_error(&self.path, e))?;
             let meta = txn.open_table(META).map_err(|e| storage_error(&self.path, e))?;
-            let mut space = WriteSpace { records: RecordSpace { table: records, path: &self.path }, meta };
+            let mut space =
+                WriteSpace { records: RecordSpace { table: records, path: &self.path }, meta, dirty: false };
             op(&mut space)
         };
         match result {
@@ -320,15 +432,58 @@ impl Inner {
         Ok(())
     }
 
-    /// A write: under the writer lock, end expired sessions, then run `op` in its own transaction.
-    fn write<R>(
+    /// A write: queues `op`; when no group is being committed, commits every queued write as
+    /// one group, otherwise waits for the running commit to end and checks again. Returns
+    /// once `op`'s group is durable (or failed).
+    fn write<R: Send + 'static>(
         &self,
-        op: impl FnOnce(&mut WriteSpace<'_, '_>, &mut SessionTable, i64) -> MetaResult<R>,
+        op: impl FnOnce(&mut WriteSpace<'_, '_>, &mut SessionTable, i64) -> MetaResult<R> + Send + 'static,
     ) -> MetaResult<R> {
-        let mut sessions = self.lock_sessions()?;
+        let (reply, result) = std::sync::mpsc::sync_channel(1);
+        let mut queue = self.lock_queue()?;
+        queue.waiting.push(Box::new(PendingWrite { op: Some(op), result: None, reply }));
+        loop {
+            // A committer replies before it clears `committing`, so when no commit runs our
+            // write is either done or still queued.
+            if let Ok(done) = result.try_recv() {
+                return done;
+            }
+            if !queue.committing {
+                queue.committing = true;
+                let group = std::mem::take(&mut queue.waiting);
+                drop(queue);
+                // The turn ends when this scope does, even on an error or a panic, so the
+                // writers waiting behind are never stuck.
+                let _turn = CommitTurn(self);
+                self.commit_group(&mut *self.lock_sessions()?, group);
+                break;
+            }
+            queue = self
+                .committed
+                .wait(queue)
+                .map_err(|_| MetaError::Internal("embedded store write queue lock poisoned".into()))?;
+        }
+        result
+            .recv()
+            .map_err(|_| MetaError::Internal("embedded store write dropped without a result".into()))?
+    }
+
+    /// Under the writer lock: ends expired sessions, applies `group` in one transaction,
+    /// commits it durably and replies to every write in it.
+    fn commit_group(&self, sessions: &mut SessionTable, mut group: Vec<Box<dyn QueuedWrite>>) {
         let now_ms = self.clock.now_ms();
-        self.finish(sessions.end_expired(now_ms))?;
-        self.write_txn(|space| op(space, &mut sessions, now_ms))
+        let outcome = self.finish(sessions.end_expired(now_ms)).and_then(|()| {
+            self.write_txn(|space| {
+                group.iter_mut().try_for_each(|write| write.apply(space, sessions, now_ms))
+            })
+        });
+        for write in group {
+            write.complete(outcome.as_ref().map(|_| ()));
+        }
+    }
+
+    fn lock_queue(&self) -> MetaResult<MutexGuard<'_, WriteQueue>> {
+        self.queue.lock().map_err(|_| MetaError::Internal("embedded store write queue lock poisoned".into()))
     }
 
     fn end_session(&self, id: SessionId) -> MetaResult<bool> {
@@ -418,7 +573,14 @@ impl EmbeddedStore {
             }
         }
         txn.commit().map_err(|e| io(&e))?;
-        let inner = Inner { db, path, clock, sessions: Mutex::new(SessionTable::default()) };
+        let inner = Inner {
+            db,
+            path,
+            clock,
+            sessions: Mutex::new(SessionTable::default()),
+            queue: Mutex::new(WriteQueue::default()),
+            committed: Condvar::new(),
+        };
         Ok(Self { inner: Arc::new(inner) })
     }
 
@@ -489,20 +651,20 @@ impl MetaStore for EmbeddedStore {
     ) -> MetaResult<WriteResult> {
         let key = key.to_string();
         self.blocking(move |inner| {
-            inner.write(|space, _, now_ms| engine::put(space, &key, value, condition, now_ms, None))
+            inner.write(move |space, _, now_ms| engine::put(space, &key, value, condition, now_ms, None))
         })
         .await
     }
 
     async fn delete(&self, _partition: &str, key: &str) -> MetaResult<bool> {
         let key = key.to_string();
-        self.blocking(move |inner| inner.write(|space, _, _| engine::delete(space, &key))).await
+        self.blocking(move |inner| inner.write(move |space, _, _| engine::delete(space, &key))).await
     }
 
     async fn delete_range(&self, _partition: &str, start: &str, end: &str) -> MetaResult<()> {
         let (start, end) = (start.to_string(), end.to_string());
         self.blocking(move |inner| {
-            inner.write(|space, _, _| engine::delete_range(space, &start, &end).map(|_| ()))
+            inner.write(move |space, _, _| engine::delete_range(space, &start, &end).map(|_| ()))
         })
         .await
     }
@@ -516,7 +678,7 @@ impl MetaStore for EmbeddedStore {
     ) -> MetaResult<WriteResult> {
         let (prefix, deltas) = (prefix.to_string(), deltas.to_vec());
         self.blocking(move |inner| {
-            inner.write(|space, _, now_ms| engine::sequenced_put(space, &prefix, &deltas, value, now_ms))
+            inner.write(move |space, _, now_ms| engine::sequenced_put(space, &prefix, &deltas, value, now_ms))
         })
         .await
     }
@@ -564,7 +726,7 @@ impl Session for EmbeddedSession {
         let (id, key) = (self.id, key.to_string());
         self.store
             .blocking(move |inner| {
-                inner.write(|space, sessions, now_ms| {
+                inner.write(move |space, sessions, now_ms| {
                     sessions.require_live(id)?;
                     let written = engine::put(space, &key, value, PutCondition::IfAbsent, now_ms, Some(id))?;
                     sessions.bind(id, (0, key_order::encode(&key)?));
@@ -596,6 +758,109 @@ impl Drop for EmbeddedSession {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use lakestream_format::ManualClock;
+
+    type Outcome = MetaResult<WriteResult>;
+    type TestWrite = Box<dyn FnOnce(&mut WriteSpace<'_, '_>, &mut SessionTable, i64) -> Outcome + Send>;
+
+    fn open_store(dir: &tempfile::TempDir) -> Arc<Inner> {
+        let clock = Arc::new(ManualClock::new(1_000));
+        EmbeddedStore::open_blocking(dir.path().join("meta.redb"), clock).expect("open").inner
+    }
+
+    fn spawn_write(
+        inner: &Arc<Inner>,
+        op: impl FnOnce(&mut WriteSpace<'_, '_>, &mut SessionTable, i64) -> Outcome + Send + 'static,
+    ) -> std::thread::JoinHandle<Outcome> {
+        let inner = Arc::clone(inner);
+        std::thread::spawn(move || inner.write(op))
+    }
+
+    /// Waits until `ready` holds for the write queue (bounded, so a bug fails the test).
+    fn wait_for_queue(inner: &Inner, ready: impl Fn(&WriteQueue) -> bool) {
+        let deadline = std::time::Instant::now() + Duration::from_secs(20);
+        while !ready(&inner.lock_queue().unwrap()) {
+            assert!(std::time::Instant::now() < deadline, "write queue never got ready");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+
+    /// Holds the writer lock while one write starts committing and `writes` more queue up
+    /// behind it, then lets them all run. Returns the outcomes of the queued writes and the
+    /// number of groups committed meanwhile.
+    fn run_queued(inner: &Arc<Inner>, writes: Vec<TestWrite>) -> (Vec<Outcome>, u64) {
+        let groups_before = inner.lock_queue().unwrap().groups;
+        let held = inner.lock_sessions().unwrap();
+        let first = spawn_write(inner, |space, _, now| {
+            engine::put(space, "first", Bytes::new(), PutCondition::None, now, None)
+        });
+        wait_for_queue(inner, |q| q.committing);
+        let count = writes.len();
+        let handles: Vec<_> = writes.into_iter().map(|op| spawn_write(inner, op)).collect();
+        wait_for_queue(inner, |q| q.waiting.len() == count);
+        drop(held);
+        first.join().unwrap().expect("the first write commits alone");
+        let outcomes = handles.into_iter().map(|h| h.join().unwrap()).collect();
+        (outcomes, inner.lock_queue().unwrap().groups - groups_before)
+    }
+
+    #[test]
+    fn concurrent_writes_share_one_commit_and_a_refused_one_fails_alone() {
+        let dir = tempfile::tempdir().unwrap();
+        let inner = open_store(&dir);
+        inner
+            .write(|space, _, now| engine::put(space, "taken", Bytes::new(), PutCondition::None, now, None))
+            .unwrap();
+        let mut writes: Vec<TestWrite> = (0..8)
+            .map(|_| {
+                Box::new(|space: &mut WriteSpace<'_, '_>, _: &mut SessionTable, now| {
+                    engine::sequenced_put(space, "p", &[1], Bytes::from_static(b"v"), now)
+                }) as Box<_>
+            })
+            .collect();
+        writes.push(Box::new(|space, _, now| {
+            engine::put(space, "taken", Bytes::new(), PutCondition::IfAbsent, now, None)
+        }));
+        let (mut outcomes, groups) = run_queued(&inner, writes);
+        assert_eq!(groups, 2, "the first write's group, then one group for the nine queued behind it");
+        let refused = outcomes.pop().unwrap();
+        assert!(matches!(refused, Err(MetaError::KeyExists { .. })), "{refused:?}");
+        let mut written: Vec<WriteResult> = outcomes.into_iter().map(|o| o.expect("sequenced put")).collect();
+        written.sort_by_key(|w| w.version);
+        // One after another inside the group: consecutive counters in version order.
+        let keys: Vec<String> = written.iter().map(|w| w.key.clone()).collect();
+        let expected: Vec<String> = (1..=8).map(|i| format!("p-{i:020}")).collect();
+        assert_eq!(keys, expected);
+        let stored = inner.read(|space| engine::scan(space, "p-", "p.", None)).unwrap();
+        assert_eq!(stored.len(), 8, "every write of the group is durable");
+    }
+
+    #[test]
+    fn a_write_failing_after_changes_fails_its_whole_group() {
+        let dir = tempfile::tempdir().unwrap();
+        let inner = open_store(&dir);
+        let writes: Vec<TestWrite> = vec![
+            Box::new(|space, _, now| engine::put(space, "a", Bytes::new(), PutCondition::None, now, None)),
+            Box::new(|space, _, now| {
+                engine::put(space, "b", Bytes::new(), PutCondition::None, now, None)?;
+                Err(MetaError::InvalidRequest("fails after writing".into()))
+            }),
+            Box::new(|space, _, now| engine::put(space, "c", Bytes::new(), PutCondition::None, now, None)),
+        ];
+        let (outcomes, groups) = run_queued(&inner, writes);
+        assert_eq!(groups, 2);
+        assert!(matches!(&outcomes[1], Err(MetaError::InvalidRequest(m)) if m.contains("after writing")));
+        for other in [&outcomes[0], &outcomes[2]] {
+            assert!(
+                matches!(other, Err(MetaError::Internal(m)) if m.contains("its group failed")),
+                "{other:?}"
+            );
+        }
+        for key in ["a", "b", "c"] {
+            let found = inner.read(|space| engine::lookup(space, key, Comparison::Equal)).unwrap();
+            assert!(found.is_none(), "{key} was written by a failed group");
+        }
+    }
 
     #[test]
     fn record_values_round_trip_and_bad_ones_are_named() {

@@ -240,7 +240,9 @@ impl Reader {
                 }
                 let budget = max_bytes.saturating_sub(bytes);
                 let attempt = match &value {
-                    Value::V3(IndexValue::Raw(raw)) => self.read_raw(log_id, record, start, raw).await?,
+                    Value::V3(IndexValue::Raw(raw)) => {
+                        self.read_raw(log_id, record, start, raw, next, budget).await?
+                    }
                     Value::V3(IndexValue::Parquet(pq)) => {
                         self.read_parquet(log, record, start, next, pq, budget).await?
                     }
@@ -313,20 +315,25 @@ impl Reader {
     }
 
     /// A RAW record: its WAL object's section for L; offsets from the record's start, every
-    /// entry stamped with the record's creation time.
+    /// entry stamped with the record's creation time. Only the entries that end above `from`
+    /// are returned, and no more once `budget` payload bytes are taken (at least one): a read
+    /// that starts or stops inside a large section slices just what it returns.
     async fn read_raw(
         &self,
         log_id: LogId,
         record: &Record,
         start: Offset,
         raw: &RawRecord,
+        from: Offset,
+        budget: usize,
     ) -> Result<Attempt<Vec<Entry>>, ReadError> {
         let corrupt = |detail: String| ReadError::Corrupt {
             log_id,
             what: format!("WAL object {}", raw.location),
             detail,
         };
-        let (section, payloads) = match self.inner.config.wal_read {
+        let wanted = Wanted { start, from, budget, timestamp_ms: record.created_ms };
+        match self.inner.config.wal_read {
             WalReadMode::Whole => {
                 let object = match self.inner.wal_objects.get(&raw.location) {
                     Some(object) => object,
@@ -342,47 +349,33 @@ impl Reader {
                         object
                     }
                 };
-                let section = object
-                    .section(log_id)
-                    .ok_or_else(|| {
-                        corrupt(format!("no log section for log {log_id} (named by {})", record.key))
-                    })?
-                    .clone();
-                let payloads = object
-                    .payloads(log_id)
-                    .map_err(|e| corrupt(e.to_string()))?
-                    .ok_or_else(|| corrupt(format!("no log section for log {log_id}")))?;
-                (section, payloads)
+                // Borrowed from the cached object: nothing per entry is copied but the slices.
+                let section = object.section(log_id).ok_or_else(|| {
+                    corrupt(format!("no log section for log {log_id} (named by {})", record.key))
+                })?;
+                section.check_matches_record(raw).map_err(|e| corrupt(e.to_string()))?;
+                wanted.take(section, object.payload_region(), 0).map(Attempt::Done).map_err(corrupt)
             }
-            WalReadMode::Ranged => match self.read_section_ranged(log_id, record, raw).await? {
-                Attempt::Done(got) => got,
-                Attempt::Missing(o) => return Ok(Attempt::Missing(o)),
-            },
-        };
-        section.check_matches_record(raw).map_err(|e| corrupt(e.to_string()))?;
-        let mut offset = start;
-        let entries = section
-            .entries
-            .iter()
-            .zip(payloads)
-            .map(|(d, payload)| {
-                let e =
-                    Entry { offset, record_count: d.record_count, timestamp_ms: record.created_ms, payload };
-                offset += u64::from(d.record_count);
-                e
-            })
-            .collect();
-        Ok(Attempt::Done(entries))
+            WalReadMode::Ranged => {
+                let (section, part, part_start) = match self.read_section_ranged(log_id, record, raw).await? {
+                    Attempt::Done(got) => got,
+                    Attempt::Missing(o) => return Ok(Attempt::Missing(o)),
+                };
+                section.check_matches_record(raw).map_err(|e| corrupt(e.to_string()))?;
+                wanted.take(&section, &part, part_start).map(Attempt::Done).map_err(corrupt)
+            }
+        }
     }
 
     /// Ranged reads of a WAL object: the index region (one request for indexes up to 4 KiB),
-    /// then only the payload span of L's section.
+    /// then only the payload span of L's section. Returns the section, the payload bytes read
+    /// and where they start in the payload region.
     async fn read_section_ranged(
         &self,
         log_id: LogId,
         record: &Record,
         raw: &RawRecord,
-    ) -> Result<Attempt<(wal::LogSection, Vec<Bytes>)>, ReadError> {
+    ) -> Result<Attempt<(wal::LogSection, Bytes, u64)>, ReadError> {
         const GUESS: u64 = 4096;
         let corrupt = |detail: String| ReadError::Corrupt {
             log_id,
@@ -430,8 +423,7 @@ impl Reader {
                 Attempt::Missing(o) => return Ok(Attempt::Missing(o)),
             }
         };
-        let payloads = section.slice_payloads(&part, span.start).map_err(|e| corrupt(e.to_string()))?;
-        Ok(Attempt::Done((section, payloads)))
+        Ok(Attempt::Done((section, part, span.start)))
     }
 
     /// A version 1 or 2 record (Appendix C): one entry, located by `entry_id` in a legacy WAL
@@ -611,6 +603,63 @@ impl Reader {
             Err(ObjectStoreError::NotFound { .. }) => Ok(Attempt::Missing(name.to_string())),
             Err(source) => Err(ReadError::Object { log_id, object: name.to_string(), source }),
         }
+    }
+}
+
+/// Which entries of a RAW record's section a read takes.
+struct Wanted {
+    /// The offset of the section's first entry (the record's start).
+    start: Offset,
+    /// Entries ending at or below this offset are skipped.
+    from: Offset,
+    /// Stop once this many payload bytes are taken (after at least one entry).
+    budget: usize,
+    /// Every entry's timestamp: the record's creation time.
+    timestamp_ms: i64,
+}
+
+impl Wanted {
+    /// The wanted entries of `section`, with payloads as zero-copy slices of `region_part`,
+    /// which holds the payload region's bytes from `part_start` on. Entries are not sliced
+    /// (nor their ranges checked) unless taken. The error says which payload lies outside.
+    fn take(
+        &self,
+        section: &wal::LogSection,
+        region_part: &Bytes,
+        part_start: u64,
+    ) -> Result<Vec<Entry>, String> {
+        let part_end = part_start + region_part.len() as u64;
+        let mut entries = Vec::new();
+        let mut offset = self.start;
+        let mut taken = 0usize;
+        for (i, d) in section.entries.iter().enumerate() {
+            let entry_start = offset;
+            // The section matched its record, so the counts sum to the record's end offset.
+            offset = offset.saturating_add(u64::from(d.record_count));
+            if offset <= self.from {
+                continue;
+            }
+            if !entries.is_empty() && taken >= self.budget {
+                break;
+            }
+            let range = d.payload_range();
+            if range.start < part_start || range.end > part_end {
+                return Err(format!(
+                    "entry {i} of log {}: payload {}..{} is outside the payload bytes {part_start}..{part_end}",
+                    section.log_id, range.start, range.end
+                ));
+            }
+            let payload =
+                region_part.slice((range.start - part_start) as usize..(range.end - part_start) as usize);
+            taken += payload.len();
+            entries.push(Entry {
+                offset: entry_start,
+                record_count: d.record_count,
+                timestamp_ms: self.timestamp_ms,
+                payload,
+            });
+        }
+        Ok(entries)
     }
 }
 
