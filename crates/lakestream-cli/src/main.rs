@@ -8,6 +8,8 @@
 //!   a compacted file's footer.
 //! - `lakestream stream create|list|drop`, `produce`, `consume` — clients of a running
 //!   service's HTTP API (`--url`, default `http://127.0.0.1:8080`).
+//! - `lakestream bench produce|consume|compact|events|all --out DIR` — end-to-end benchmarks
+//!   with same-run baselines (see `lakestream-bench`).
 
 mod client;
 mod inspect;
@@ -40,16 +42,24 @@ enum Command {
         /// Where the HTTP API listens.
         #[arg(long, default_value = "127.0.0.1:8080", env = "LAKESTREAM_HTTP_ADDR")]
         http_addr: SocketAddr,
+        /// Where the gRPC API listens, or `off`.
+        #[arg(long, default_value = "127.0.0.1:9090", env = "LAKESTREAM_GRPC_ADDR")]
+        grpc_addr: GrpcAddr,
+        /// How long CloudEvents ingest deduplicates retries (source + id), at most 24h.
+        #[arg(long, env = "LAKESTREAM_CLOUDEVENTS_DEDUP_WINDOW", value_parser = lakestream_server::config::parse_duration)]
+        cloudevents_dedup_window: Option<std::time::Duration>,
     },
-    /// Run a service from a configuration file.
-    Serve {
-        /// The TOML configuration file.
-        #[arg(long, short)]
-        config: PathBuf,
-        /// Where the HTTP API listens (overrides the file and LAKESTREAM_HTTP_ADDR).
-        #[arg(long)]
-        http_addr: Option<SocketAddr>,
-    },
+    /// Run a service from a configuration file, with the roles its `[roles]` section names.
+    Serve(ServeArgs),
+    /// Run the writer service (appends, soft trims) from a configuration file.
+    Writer(ServeArgs),
+    /// Run the reader service (fetches, offsets) from a configuration file.
+    Reader(ServeArgs),
+    /// Run the compactor service (background compaction and reclamation; health and
+    /// metrics over HTTP) from a configuration file.
+    Compactor(ServeArgs),
+    /// Run the catalog service (namespaces and streams) from a configuration file.
+    Catalog(ServeArgs),
     /// Create, list or drop streams.
     Stream {
         #[command(subcommand)]
@@ -99,6 +109,9 @@ enum Command {
         /// The file.
         file: PathBuf,
     },
+    /// Benchmark a stack in process (produce, consume, compact, events or all) against
+    /// baselines measured on the same stores; writes JSON, Markdown and PNG plots to --out.
+    Bench(lakestream_bench::cli::BenchArgs),
 }
 
 /// Which service and namespace a client command talks to.
@@ -165,6 +178,9 @@ fn main() -> ExitCode {
         .with_writer(std::io::stderr)
         .init();
     let cli = Cli::parse();
+    if let Command::Bench(args) = cli.command {
+        return lakestream_bench::cli::main(args);
+    }
     if let Command::Inspect { kind, file } = &cli.command {
         return match inspect::inspect(*kind, file) {
             Ok(text) => {
@@ -219,19 +235,24 @@ fn main() -> ExitCode {
 
 fn load_config(command: &Command) -> Result<ServerConfig, String> {
     let config = match command {
-        Command::Dev { data_dir, http_addr } => ServerConfig::dev(data_dir, *http_addr),
-        Command::Serve { config, http_addr } => {
-            let mut c = ServerConfig::from_file(config).map_err(|e| e.to_string())?;
-            c.apply_env(|v| std::env::var(v).ok()).map_err(|e| e.to_string())?;
-            if let Some(addr) = http_addr {
-                c.http.addr = *addr;
+        Command::Dev { data_dir, http_addr, grpc_addr, cloudevents_dedup_window } => {
+            let mut c = ServerConfig::dev(data_dir, *http_addr);
+            c.grpc.addr = grpc_addr.0;
+            if let Some(window) = cloudevents_dedup_window {
+                c.cloudevents.dedup_window = *window;
             }
             c
         }
+        Command::Serve(args) => args.load()?,
+        Command::Writer(args) => args.load_role(|r| &mut r.writer)?,
+        Command::Reader(args) => args.load_role(|r| &mut r.reader)?,
+        Command::Compactor(args) => args.load_role(|r| &mut r.compactor)?,
+        Command::Catalog(args) => args.load_role(|r| &mut r.catalog)?,
         Command::Inspect { .. }
         | Command::Stream { .. }
         | Command::Produce { .. }
-        | Command::Consume { .. } => {
+        | Command::Consume { .. }
+        | Command::Bench(_) => {
             return Err("this command needs no service configuration".into());
         }
     };
@@ -245,14 +266,18 @@ async fn run(config: ServerConfig, dev: bool) -> Result<(), String> {
         shutdown_signal().await;
         tracing::info!("shutting down: publishing pending appends and releasing leases");
     };
-    lakestream_server::serve(
+    lakestream_server::serve_all(
         &config,
         stack,
-        |addr| {
+        |at| {
+            let addr = at.http;
             if dev {
                 println!("Lakestream dev is running (embedded metadata store and local files).");
             }
             println!("  HTTP API:  http://{addr}/v1/namespaces");
+            if let Some(grpc) = at.grpc {
+                println!("  gRPC API:  http://{grpc} (lakestream.v1.Lakestream)");
+            }
             println!("  metrics:   http://{addr}/metrics");
             println!("  health:    http://{addr}/healthz");
             println!("Try: curl -X POST http://{addr}/v1/namespaces/default/streams -H 'content-type: application/json' -d '{{\"name\":\"events\"}}'");
@@ -261,7 +286,75 @@ async fn run(config: ServerConfig, dev: bool) -> Result<(), String> {
         shutdown,
     )
     .await
-    .map_err(|e| format!("HTTP server: {e}"))
+    .map_err(|e| format!("server: {e}"))
+}
+
+/// How a service is started from a configuration file.
+#[derive(Debug, clap::Args)]
+struct ServeArgs {
+    /// The TOML configuration file.
+    #[arg(long, short)]
+    config: PathBuf,
+    /// Where the HTTP API listens (overrides the file and LAKESTREAM_HTTP_ADDR).
+    #[arg(long)]
+    http_addr: Option<SocketAddr>,
+    /// Where the gRPC API listens, or `off` (overrides the file and LAKESTREAM_GRPC_ADDR).
+    #[arg(long)]
+    grpc_addr: Option<GrpcAddr>,
+    /// How long CloudEvents ingest deduplicates retries, at most 24h (overrides
+    /// `[cloudevents] dedup_window` and LAKESTREAM_CLOUDEVENTS_DEDUP_WINDOW).
+    #[arg(long, value_parser = lakestream_server::config::parse_duration)]
+    cloudevents_dedup_window: Option<std::time::Duration>,
+}
+
+impl ServeArgs {
+    fn load(&self) -> Result<ServerConfig, String> {
+        let mut c = ServerConfig::from_file(&self.config).map_err(|e| e.to_string())?;
+        c.apply_env(|v| std::env::var(v).ok()).map_err(|e| e.to_string())?;
+        if let Some(addr) = self.http_addr {
+            c.http.addr = addr;
+        }
+        if let Some(GrpcAddr(addr)) = self.grpc_addr {
+            c.grpc.addr = addr;
+        }
+        if let Some(window) = self.cloudevents_dedup_window {
+            c.cloudevents.dedup_window = window;
+        }
+        Ok(c)
+    }
+
+    /// [`ServeArgs::load`], serving only the role `only` (whatever `[roles]` says).
+    fn load_role(
+        &self,
+        only: fn(&mut lakestream_server::config::RolesConfig) -> &mut bool,
+    ) -> Result<ServerConfig, String> {
+        let mut c = self.load()?;
+        c.roles = lakestream_server::config::RolesConfig {
+            writer: false,
+            reader: false,
+            catalog: false,
+            compactor: false,
+        };
+        *only(&mut c.roles) = true;
+        Ok(c)
+    }
+}
+
+/// A `--grpc-addr` value: `host:port`, or `off` for no gRPC listener.
+#[derive(Debug, Clone, Copy)]
+struct GrpcAddr(Option<SocketAddr>);
+
+impl std::str::FromStr for GrpcAddr {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        if s.eq_ignore_ascii_case("off") {
+            return Ok(GrpcAddr(None));
+        }
+        s.parse()
+            .map(|a| GrpcAddr(Some(a)))
+            .map_err(|e| format!("{s:?} is neither host:port nor `off` ({e})"))
+    }
 }
 
 /// Resolves on Ctrl-C (SIGINT) or, on Unix, SIGTERM (what `docker stop` sends).

@@ -13,6 +13,7 @@
 //! | [`proto`] | protobuf format `io.cloudevents.v1` (`CloudEvent`, `CloudEventBatch`) |
 //! | [`partition`] | Kafka's default partitioner (murmur2) |
 //! | [`event`] | the model, validation and the deduplication key |
+//! | `ledger` | the ingest deduplication ledger over the metadata store (feature `ledger`, default) |
 //!
 //! Validation refuses, naming the attribute ([`CeError::attribute_name`]): a `specversion`
 //! other than `1.0`; a missing or empty `id`, `source` or `type`; a `time` that is not
@@ -53,6 +54,8 @@ pub mod event;
 pub mod http;
 pub mod json;
 pub mod kafka;
+#[cfg(feature = "ledger")]
+pub mod ledger;
 pub mod partition;
 pub mod proto;
 pub mod time;

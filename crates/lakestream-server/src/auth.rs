@@ -192,6 +192,8 @@ pub fn required(method: &axum::http::Method, path: &str) -> Option<(Option<Strin
                 // …/partitions/{p}/entries|offsets|trim: produce and trim write; reads read.
                 (Some(&"streams"), Some(&"partitions"), Some(&"trim")) => Permission::Write,
                 (Some(&"streams"), Some(&"partitions"), Some(_)) => read_or(Permission::Write),
+                // …/streams/{stream}/events: CloudEvents ingest writes.
+                (Some(&"streams"), Some(&"events"), None) => read_or(Permission::Write),
                 // Streams: create, drop and add partitions are admin; reads are read.
                 _ => read_or(Permission::Admin),
             };

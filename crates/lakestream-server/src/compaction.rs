@@ -1,17 +1,25 @@
 //! The compactor role as a background loop: a compaction pass over every log of every live
-//! stream each `interval`, and a reclamation pass each `gc_interval`, until stopped.
+//! stream each `interval`, and a reclamation pass each `gc_interval`, until stopped. Each
+//! pass records its progress and every log's backlog in the metrics.
 
-use lakestream_compactor::{Compactor, no_progress};
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use lakestream_compactor::{Compactor, Progress, no_progress};
+use lakestream_format::{LogId, LogRef};
 use tokio::sync::watch;
 use tokio::time::Instant;
 
 use crate::config::CompactorSchedule;
+use crate::metrics::Metrics;
 use crate::stack::Stack;
 
 pub(crate) async fn run(
     stack: Stack,
     compactor: Compactor,
     schedule: CompactorSchedule,
+    metrics: Arc<Metrics>,
     mut stop: watch::Receiver<bool>,
 ) {
     let mut next_gc = Instant::now() + schedule.gc_interval;
@@ -27,7 +35,20 @@ pub(crate) async fn run(
                 continue;
             }
         };
-        let report = compactor.compact_once(&logs, &no_progress).await;
+        let by_id: BTreeMap<LogId, &LogRef> = logs.iter().map(|l| (l.log_id, l)).collect();
+        let clock = stack.clock.clone();
+        let record = |p: &Progress| {
+            if let Progress::Backlog(b) = p
+                && let Some(log) = by_id.get(&b.log_id)
+            {
+                metrics.compaction.record_backlog(log, *b, clock.now_ms());
+            }
+        };
+        let report = compactor.compact_once(&logs, &record).await;
+        metrics.compaction.retain_logs(&by_id.keys().copied().collect::<BTreeSet<_>>());
+        metrics.compaction.ranges.fetch_add(report.ranges.len() as u64, Ordering::Relaxed);
+        metrics.compaction.payload_bytes.fetch_add(report.payload_bytes, Ordering::Relaxed);
+        metrics.compaction.failures.fetch_add(report.failed.len() as u64, Ordering::Relaxed);
         if report.logs_compacted > 0 || !report.failed.is_empty() {
             tracing::info!(
                 logs_compacted = report.logs_compacted,

@@ -21,6 +21,8 @@ use serde::Deserialize;
 pub struct ServerConfig {
     /// The HTTP API.
     pub http: HttpConfig,
+    /// The gRPC API.
+    pub grpc: GrpcConfig,
     /// Which roles this process serves.
     pub roles: RolesConfig,
     /// The metadata store.
@@ -39,6 +41,13 @@ pub struct ServerConfig {
     pub compactor_schedule: CompactorSchedule,
     /// Bearer tokens and their per-namespace permissions; none means the API is open.
     pub auth: crate::auth::AuthConfig,
+    /// TLS for both APIs (`cert_file`, `key_file`); off when absent.
+    pub tls: crate::listener::TlsConfig,
+    /// Per-client request rate limits on `/v1` and every RPC; off by default.
+    pub limits: crate::limits::RateLimitConfig,
+    /// CloudEvents ingest: the deduplication window (`dedup_window`, default 1 h, at most
+    /// 24 h) and the claim lapse (`claim_lapse`, default 2 min).
+    pub cloudevents: lakestream_cloudevents::ledger::LedgerConfig,
 }
 
 /// When the compactor role runs.
@@ -84,6 +93,25 @@ impl Default for HttpConfig {
     }
 }
 
+/// The gRPC API's settings. Fetch waits are limited by `http.max_fetch_wait` for both APIs.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct GrpcConfig {
+    /// Where to listen; absent (the default) serves no gRPC. `lakestream dev` listens on
+    /// `127.0.0.1:9090`. Off by default so that a service only opens the ports its file names.
+    pub addr: Option<SocketAddr>,
+    /// The largest request message accepted; larger ones are refused with
+    /// `RESOURCE_EXHAUSTED` before any of it is processed. Default 16 MiB, like
+    /// `http.max_body_bytes`.
+    pub max_message_bytes: usize,
+}
+
+impl Default for GrpcConfig {
+    fn default() -> Self {
+        GrpcConfig { addr: None, max_message_bytes: 16 << 20 }
+    }
+}
+
 /// Which roles a process serves. `lakestream dev` serves all of them.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -106,7 +134,7 @@ impl Default for RolesConfig {
 }
 
 /// The metadata store backend.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Clone, Deserialize)]
 #[serde(tag = "backend", rename_all = "snake_case", deny_unknown_fields)]
 pub enum MetadataConfig {
     /// The embedded durable store (redb) in one file: zero setup, one process.
@@ -129,10 +157,49 @@ pub enum MetadataConfig {
         /// Per-request timeout. Default 30 s.
         #[serde(default = "default_request_timeout", with = "humantime_serde")]
         request_timeout: Duration,
-        /// A bearer token for the servers, if they require one.
+        /// A bearer token for the servers, if they require one. Never shown by `Debug`.
         #[serde(default)]
         bearer_token: Option<String>,
+        /// Connect over TLS, verifying the servers against the webpki roots or `tls_ca_file`.
+        #[serde(default)]
+        tls: bool,
+        /// A PEM file of CA certificates to trust instead of the webpki roots (implies `tls`).
+        #[serde(default)]
+        tls_ca_file: Option<PathBuf>,
+        /// The name to verify in the servers' certificates, when it differs from the host
+        /// dialled.
+        #[serde(default)]
+        tls_domain: Option<String>,
     },
+}
+
+impl std::fmt::Debug for MetadataConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            MetadataConfig::Embedded { path } => f.debug_struct("Embedded").field("path", path).finish(),
+            MetadataConfig::Memory => f.write_str("Memory"),
+            MetadataConfig::Oxia {
+                addresses,
+                namespace,
+                session_timeout,
+                request_timeout,
+                bearer_token,
+                tls,
+                tls_ca_file,
+                tls_domain,
+            } => f
+                .debug_struct("Oxia")
+                .field("addresses", addresses)
+                .field("namespace", namespace)
+                .field("session_timeout", session_timeout)
+                .field("request_timeout", request_timeout)
+                .field("bearer_token", &bearer_token.as_ref().map(|_| "<redacted>"))
+                .field("tls", tls)
+                .field("tls_ca_file", tls_ca_file)
+                .field("tls_domain", tls_domain)
+                .finish(),
+        }
+    }
 }
 
 fn default_oxia_namespace() -> String {
@@ -228,6 +295,13 @@ pub enum ConfigError {
     },
 }
 
+/// Parses a human-readable duration such as `1h`, `90s` or `1h 30m` (for flags and
+/// environment variables); the error says what was wrong.
+pub fn parse_duration(text: &str) -> Result<Duration, String> {
+    humantime_serde::re::humantime::parse_duration(text)
+        .map_err(|e| format!("{text:?} is not a duration such as 1h ({e})"))
+}
+
 impl ServerConfig {
     /// The configuration `lakestream dev` uses: everything in one process, the embedded
     /// metadata store and the local filesystem under `data_dir`.
@@ -257,10 +331,22 @@ impl ServerConfig {
         Self::from_toml(&text, path)
     }
 
-    /// Applies the documented environment variables (`LAKESTREAM_HTTP_ADDR`,
-    /// `LAKESTREAM_OXIA_ADDRESSES`), read through `var` so tests need not touch the process
-    /// environment.
+    /// Applies the documented environment variables (`LAKESTREAM_HTTP_ADDR`, `LAKESTREAM_GRPC_ADDR`,
+    /// `LAKESTREAM_OXIA_ADDRESSES`, `LAKESTREAM_CLOUDEVENTS_DEDUP_WINDOW`), read through `var`
+    /// so tests need not touch the process environment.
     pub fn apply_env(&mut self, var: impl Fn(&str) -> Option<String>) -> Result<(), ConfigError> {
+        if let Some(window) = var("LAKESTREAM_CLOUDEVENTS_DEDUP_WINDOW") {
+            self.cloudevents.dedup_window = parse_duration(&window).map_err(|message| ConfigError::Env {
+                var: "LAKESTREAM_CLOUDEVENTS_DEDUP_WINDOW",
+                message,
+            })?;
+        }
+        if let Some(addr) = var("LAKESTREAM_GRPC_ADDR") {
+            self.grpc.addr = Some(addr.parse().map_err(|e| ConfigError::Env {
+                var: "LAKESTREAM_GRPC_ADDR",
+                message: format!("{addr:?} is not host:port ({e})"),
+            })?);
+        }
         if let Some(addr) = var("LAKESTREAM_HTTP_ADDR") {
             self.http.addr = addr.parse().map_err(|e| ConfigError::Env {
                 var: "LAKESTREAM_HTTP_ADDR",
@@ -278,13 +364,23 @@ impl ServerConfig {
             }
             self.metadata = match std::mem::replace(&mut self.metadata, MetadataConfig::Memory) {
                 MetadataConfig::Oxia {
-                    namespace, session_timeout, request_timeout, bearer_token, ..
+                    namespace,
+                    session_timeout,
+                    request_timeout,
+                    bearer_token,
+                    tls,
+                    tls_ca_file,
+                    tls_domain,
+                    ..
                 } => MetadataConfig::Oxia {
                     addresses: list,
                     namespace,
                     session_timeout,
                     request_timeout,
                     bearer_token,
+                    tls,
+                    tls_ca_file,
+                    tls_domain,
                 },
                 _ => MetadataConfig::Oxia {
                     addresses: list,
@@ -292,6 +388,9 @@ impl ServerConfig {
                     session_timeout: default_session_timeout(),
                     request_timeout: default_request_timeout(),
                     bearer_token: None,
+                    tls: false,
+                    tls_ca_file: None,
+                    tls_domain: None,
                 },
             };
         }
@@ -321,6 +420,14 @@ impl ServerConfig {
         }
         if self.compactor_schedule.interval.is_zero() || self.compactor_schedule.gc_interval.is_zero() {
             return Err(invalid("compactor_schedule", &"intervals must be greater than 0"));
+        }
+        self.cloudevents.validate().map_err(|e| invalid(&format!("cloudevents.{}", e.field), &e.rule))?;
+        self.limits.validate().map_err(|(key, rule)| invalid(&format!("limits.{key}"), &rule))?;
+        if let Err(e) = self.tls.acceptor() {
+            return Err(invalid(&format!("tls.{}", e.key), &e.message));
+        }
+        if self.grpc.max_message_bytes == 0 {
+            return Err(invalid("grpc.max_message_bytes", &"must be greater than 0"));
         }
         if self.http.max_body_bytes == 0 {
             return Err(invalid("http.max_body_bytes", &"must be greater than 0"));
@@ -378,6 +485,20 @@ mod tests {
     }
 
     #[test]
+    fn the_cloudevents_dedup_window_is_read_and_limited() {
+        let config =
+            ServerConfig::from_toml("[cloudevents]\ndedup_window = \"25h\"\n", Path::new("x.toml")).unwrap();
+        assert!(config.validate().unwrap_err().to_string().contains("cloudevents.dedup_window"));
+        let mut config =
+            ServerConfig::from_toml("[cloudevents]\ndedup_window = \"2h\"\n", Path::new("x.toml")).unwrap();
+        assert_eq!(config.cloudevents.dedup_window, Duration::from_secs(7200));
+        config.apply_env(|v| (v == "LAKESTREAM_CLOUDEVENTS_DEDUP_WINDOW").then(|| "30m".into())).unwrap();
+        assert_eq!(config.cloudevents.dedup_window, Duration::from_secs(1800));
+        let err = config.apply_env(|v| (v == "LAKESTREAM_CLOUDEVENTS_DEDUP_WINDOW").then(|| "soon".into()));
+        assert!(err.unwrap_err().to_string().contains("LAKESTREAM_CLOUDEVENTS_DEDUP_WINDOW"));
+    }
+
+    #[test]
     fn environment_overrides_the_file() {
         let mut config = ServerConfig::default();
         config
@@ -389,5 +510,31 @@ mod tests {
             .unwrap();
         assert_eq!(config.http.addr.port(), 9999);
         assert!(matches!(&config.metadata, MetadataConfig::Oxia { addresses, .. } if addresses.len() == 2));
+    }
+
+    #[test]
+    fn debug_never_shows_the_oxia_bearer_token() {
+        let text = "[metadata]\nbackend = \"oxia\"\naddresses = [\"oxia:6648\"]\nbearer_token = \"hunter2-hunter2-hunter2\"\n";
+        let config = ServerConfig::from_toml(text, Path::new("x.toml")).unwrap();
+        let shown = format!("{config:?}");
+        assert!(!shown.contains("hunter2") && shown.contains("<redacted>"), "{shown}");
+    }
+
+    #[test]
+    fn grpc_is_off_unless_an_address_is_given() {
+        assert!(ServerConfig::default().grpc.addr.is_none());
+        let mut config = ServerConfig::from_toml(
+            "[grpc]\naddr = \"127.0.0.1:9191\"\nmax_message_bytes = 1024\n",
+            Path::new("x.toml"),
+        )
+        .unwrap();
+        assert_eq!(config.grpc.addr.map(|a| a.port()), Some(9191));
+        assert_eq!(config.grpc.max_message_bytes, 1024);
+        config.apply_env(|v| (v == "LAKESTREAM_GRPC_ADDR").then(|| "0.0.0.0:9292".into())).unwrap();
+        assert_eq!(config.grpc.addr.map(|a| a.port()), Some(9292));
+        let err = config.apply_env(|v| (v == "LAKESTREAM_GRPC_ADDR").then(|| "nope".into()));
+        assert!(err.unwrap_err().to_string().contains("LAKESTREAM_GRPC_ADDR"));
+        config.grpc.max_message_bytes = 0;
+        assert!(config.validate().unwrap_err().to_string().contains("grpc.max_message_bytes"));
     }
 }

@@ -1,6 +1,6 @@
-//! The HTTP/JSON API, version 1. Handlers are thin: they parse, call a role, and map the
-//! result; every error goes through [`ApiError`], the one place that turns error classes into
-//! status codes.
+//! The HTTP/JSON API, version 1. Handlers are thin: they parse, call the service layer
+//! ([`crate::api::Api`], shared with the gRPC API) and render JSON; every error is an
+//! [`ApiError`], whose kind decides the status code (the table is in [`crate::api`]).
 //!
 //! | method | path | what |
 //! |---|---|---|
@@ -17,7 +17,8 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::sync::atomic::Ordering;
+use std::time::Instant;
 
 use axum::Router;
 use axum::extract::rejection::JsonRejection;
@@ -28,13 +29,11 @@ use axum::routing::{get, post};
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD as BASE64;
 use bytes::Bytes;
-use lakestream_catalog::{CatalogError, Growth, Namespace, Stream};
-use lakestream_format::{ErrorClass, LogRef};
-use lakestream_reader::{ReadError, Reader};
-use lakestream_writer::{AppendError, TrimError, Writer};
+use lakestream_catalog::{Namespace, Stream};
+use lakestream_reader::Reader;
 use serde::{Deserialize, Serialize};
-use std::sync::atomic::Ordering;
 
+use crate::api::Api;
 use crate::config::HttpConfig;
 use crate::metrics::Metrics;
 use crate::stack::Stack;
@@ -42,15 +41,27 @@ use crate::stack::Stack;
 /// Shared state of the handlers.
 #[derive(Debug, Clone)]
 pub struct AppState {
-    stack: Stack,
-    config: HttpConfig,
-    metrics: Arc<Metrics>,
+    pub(crate) stack: Stack,
+    pub(crate) config: HttpConfig,
+    pub(crate) metrics: Arc<Metrics>,
+    pub(crate) api: Api,
 }
 
 impl AppState {
-    /// State over a running stack.
+    /// State over a running stack, with its own metrics.
     pub fn new(stack: Stack, config: HttpConfig) -> Self {
-        AppState { stack, config, metrics: Arc::new(Metrics::default()) }
+        let api = Api::new(stack, Arc::new(Metrics::default()), config.max_fetch_wait);
+        Self::with_api(api, config)
+    }
+
+    /// State over the service layer `api`, sharing its stack and metrics (with the gRPC API).
+    pub fn with_api(api: Api, config: HttpConfig) -> Self {
+        AppState { stack: api.stack().clone(), metrics: api.metrics().clone(), config, api }
+    }
+
+    /// The service layer.
+    pub fn api(&self) -> &Api {
+        &self.api
     }
 }
 
@@ -68,63 +79,44 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/namespaces/{ns}/streams/{stream}/partitions/{p}/entries", post(produce).get(fetch))
         .route("/v1/namespaces/{ns}/streams/{stream}/partitions/{p}/offsets", get(offsets))
         .route("/v1/namespaces/{ns}/streams/{stream}/partitions/{p}/trim", post(trim))
+        .merge(crate::events::routes(&state.stack, &state.metrics, state.config.max_fetch_wait))
         .layer(DefaultBodyLimit::max(body_limit))
         .layer(axum::middleware::from_fn_with_state(state.clone(), authorize))
-        .layer(axum::middleware::from_fn(request_span))
+        .layer(axum::middleware::from_fn_with_state(state.clone(), request_span))
         .with_state(state)
 }
 
 /// Refuses a `/v1` request whose bearer token lacks the permission it needs (when tokens are
-/// configured): 401 without a valid token, 403 with one that does not reach. Nothing runs.
+/// configured): 401 without a valid token, 403 with one that does not reach; and one over its
+/// client's rate limit (429). Nothing runs.
 async fn authorize(
     State(s): State<AppState>,
     request: axum::extract::Request,
     next: axum::middleware::Next,
 ) -> Response {
-    if s.stack.auth.enabled()
+    if (s.stack.auth.enabled() || s.stack.limiter.enabled())
         && let Some((namespace, needed)) = crate::auth::required(request.method(), request.uri().path())
     {
         let header = request.headers().get(header::AUTHORIZATION).and_then(|v| v.to_str().ok());
-        match s.stack.auth.check(header, namespace.as_deref(), needed) {
-            Ok(token) => tracing::debug!(%token, "authorized"),
-            Err(crate::auth::Denied::Unauthenticated) => {
-                s.metrics.http_errors.fetch_add(1, Ordering::Relaxed);
-                let mut r = ApiError::new(
-                    StatusCode::UNAUTHORIZED,
-                    "unauthenticated",
-                    "a valid bearer token is required",
-                )
-                .into_response();
-                r.headers_mut().insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
-                return r;
-            }
-            Err(crate::auth::Denied::Forbidden(why)) => {
-                s.metrics.http_errors.fetch_add(1, Ordering::Relaxed);
-                return ApiError::new(StatusCode::FORBIDDEN, "permission_denied", why).into_response();
-            }
+        let peer = request.extensions().get::<crate::listener::PeerAddr>().map(|p| p.0.ip());
+        if let Err(e) = s.api.admit(header, namespace.as_deref(), needed, peer) {
+            return e.into_response();
         }
     }
     next.run(request).await
 }
 
-/// The header carrying a request's id; a client may send its own (at most 128 visible ASCII
-/// characters), else one is made. It is echoed in the response and names the request's span.
-pub const REQUEST_ID: &str = "x-request-id";
+pub use crate::api::REQUEST_ID;
 
-static NEXT_REQUEST: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
-
-/// Runs every request in a tracing span with its method, path and id, and logs failures.
-async fn request_span(mut request: axum::extract::Request, next: axum::middleware::Next) -> Response {
+/// Runs every request in a tracing span with its method, path and id (see [`REQUEST_ID`]),
+/// logs failures and counts them.
+async fn request_span(
+    State(s): State<AppState>,
+    mut request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
     use tracing::Instrument as _;
-    let given = request
-        .headers()
-        .get(REQUEST_ID)
-        .and_then(|v| v.to_str().ok())
-        .filter(|v| !v.is_empty() && v.len() <= 128 && v.bytes().all(|b| b.is_ascii_graphic()))
-        .map(str::to_owned);
-    let id = given.unwrap_or_else(|| {
-        format!("{}-{}", std::process::id(), NEXT_REQUEST.fetch_add(1, std::sync::atomic::Ordering::Relaxed))
-    });
+    let id = crate::api::request_id(request.headers().get(REQUEST_ID).and_then(|v| v.to_str().ok()));
     if let Ok(value) = HeaderValue::from_str(&id) {
         request.headers_mut().insert(REQUEST_ID, value);
     }
@@ -134,6 +126,7 @@ async fn request_span(mut request: axum::extract::Request, next: axum::middlewar
     let mut response = next.run(request).instrument(span.clone()).await;
     let status = response.status();
     if status.is_client_error() || status.is_server_error() {
+        s.metrics.http_errors.fetch_add(1, Ordering::Relaxed);
         span.in_scope(
             || tracing::info!(%status, elapsed_ms = started.elapsed().as_millis() as u64, "request failed"),
         );
@@ -144,88 +137,34 @@ async fn request_span(mut request: axum::extract::Request, next: axum::middlewar
     response
 }
 
-/// An error answer: a status, a stable machine-readable code and a message naming what was
-/// wrong, as `{"error": {"code": …, "message": …}}`.
-#[derive(Debug)]
-pub struct ApiError {
-    status: StatusCode,
-    code: &'static str,
-    message: String,
-}
-
-impl ApiError {
-    fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> Self {
-        ApiError { status, code, message: message.into() }
-    }
-
-    fn bad_request(message: impl Into<String>) -> Self {
-        Self::new(StatusCode::BAD_REQUEST, "invalid_argument", message)
-    }
-
-    /// The one mapping from error classes to HTTP status codes.
-    fn from_class(class: ErrorClass, message: String) -> Self {
-        let (status, code) = match class {
-            ErrorClass::InvalidInput => (StatusCode::BAD_REQUEST, "invalid_argument"),
-            ErrorClass::NotFound => (StatusCode::NOT_FOUND, "not_found"),
-            ErrorClass::Conflict => (StatusCode::CONFLICT, "conflict"),
-            ErrorClass::Retryable => (StatusCode::SERVICE_UNAVAILABLE, "unavailable"),
-            ErrorClass::OutcomeUnknown => (StatusCode::GATEWAY_TIMEOUT, "outcome_unknown"),
-            ErrorClass::CorruptData => (StatusCode::INTERNAL_SERVER_ERROR, "corrupt_data"),
-            ErrorClass::Internal => (StatusCode::INTERNAL_SERVER_ERROR, "internal"),
-        };
-        Self::new(status, code, message)
-    }
-}
-
-impl From<CatalogError> for ApiError {
-    fn from(e: CatalogError) -> Self {
-        Self::from_class(e.class(), e.to_string())
-    }
-}
-
-impl From<AppendError> for ApiError {
-    fn from(e: AppendError) -> Self {
-        match e {
-            AppendError::Backpressure => {
-                Self::new(StatusCode::SERVICE_UNAVAILABLE, "backpressure", e.to_string())
-            }
-            _ => Self::from_class(e.class(), e.to_string()),
-        }
-    }
-}
-
-impl From<ReadError> for ApiError {
-    fn from(e: ReadError) -> Self {
-        Self::from_class(e.class(), e.to_string())
-    }
-}
-
-impl From<TrimError> for ApiError {
-    fn from(e: TrimError) -> Self {
-        Self::from_class(e.class(), e.to_string())
-    }
-}
+pub use crate::api::ApiError;
+use crate::api::{ErrorKind, FetchParams, PartitionRef, ProduceInput};
 
 impl From<JsonRejection> for ApiError {
     fn from(e: JsonRejection) -> Self {
         match e.status() {
-            StatusCode::PAYLOAD_TOO_LARGE => {
-                Self::new(StatusCode::PAYLOAD_TOO_LARGE, "too_large", e.body_text())
-            }
+            StatusCode::PAYLOAD_TOO_LARGE => ApiError::new(ErrorKind::TooLarge, e.body_text()),
             StatusCode::UNSUPPORTED_MEDIA_TYPE => {
-                Self::new(StatusCode::UNSUPPORTED_MEDIA_TYPE, "unsupported_media_type", e.body_text())
+                ApiError::new(ErrorKind::UnsupportedMediaType, e.body_text())
             }
-            _ => Self::bad_request(e.body_text()),
+            _ => ApiError::invalid(e.body_text()),
         }
     }
 }
 
+/// An error answer: the kind's status, and `{"error": {"code": …, "message": …}}`; 503s and
+/// 429s carry `Retry-After`.
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        let body = serde_json::json!({ "error": { "code": self.code, "message": self.message } });
-        let mut response = (self.status, axum::Json(body)).into_response();
-        if self.status == StatusCode::SERVICE_UNAVAILABLE {
-            response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+        let status = self.http_status();
+        let body = serde_json::json!({ "error": { "code": self.code(), "message": self.message() } });
+        let mut response = (status, axum::Json(body)).into_response();
+        if status == StatusCode::SERVICE_UNAVAILABLE || status == StatusCode::TOO_MANY_REQUESTS {
+            let secs = self.kind().retry_after_secs().unwrap_or(1);
+            response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(secs));
+        }
+        if self.kind() == ErrorKind::Unauthenticated {
+            response.headers_mut().insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
         }
         response
     }
@@ -253,12 +192,9 @@ fn ok<T: Serialize>(status: StatusCode, value: T) -> Response {
     (status, axum::Json(value)).into_response()
 }
 
-async fn readyz(State(s): State<AppState>) -> Response {
-    match s.stack.meta.get("0", "/readyz").await {
-        Ok(_) => "ready".into_response(),
-        Err(e) => ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "not_ready", format!("metadata store: {e}"))
-            .into_response(),
-    }
+async fn readyz(State(s): State<AppState>) -> ApiResult<Response> {
+    s.api.ready().await?;
+    Ok("ready".into_response())
 }
 
 async fn metrics(State(s): State<AppState>) -> Response {
@@ -294,27 +230,16 @@ struct ListQuery {
     limit: Option<usize>,
 }
 
-const DEFAULT_PAGE: usize = 100;
-const MAX_PAGE: usize = 1000;
-
-fn page_limit(limit: Option<usize>) -> ApiResult<usize> {
-    match limit.unwrap_or(DEFAULT_PAGE) {
-        0 => Err(ApiError::bad_request("limit must be at least 1")),
-        n if n > MAX_PAGE => Err(ApiError::bad_request(format!("limit must be at most {MAX_PAGE}"))),
-        n => Ok(n),
-    }
-}
-
 async fn create_namespace(
     State(s): State<AppState>,
     Json(body): Json<CreateNamespace>,
 ) -> ApiResult<Response> {
-    let ns = s.stack.catalog.create_namespace(&body.name, body.properties).await?;
+    let ns = s.api.create_namespace(&body.name, body.properties).await?;
     Ok(ok(StatusCode::CREATED, NamespaceJson::from(ns)))
 }
 
 async fn list_namespaces(State(s): State<AppState>, Query(q): Query<ListQuery>) -> ApiResult<Response> {
-    let page = s.stack.catalog.list_namespaces(q.after.as_deref(), page_limit(q.limit)?).await?;
+    let page = s.api.list_namespaces(q.after.as_deref(), q.limit).await?;
     let items: Vec<NamespaceJson> = page.items.into_iter().map(Into::into).collect();
     Ok(ok(StatusCode::OK, serde_json::json!({ "namespaces": items, "next_page": page.next_page })))
 }
@@ -323,14 +248,9 @@ async fn list_namespaces(State(s): State<AppState>, Query(q): Query<ListQuery>) 
 #[serde(deny_unknown_fields)]
 struct CreateStream {
     name: String,
-    #[serde(default = "one")]
-    partitions: u32,
+    partitions: Option<u32>,
     #[serde(default)]
     properties: BTreeMap<String, String>,
-}
-
-fn one() -> u32 {
-    1
 }
 
 #[derive(Debug, Serialize)]
@@ -361,7 +281,7 @@ async fn create_stream(
     Path(ns): Path<String>,
     Json(body): Json<CreateStream>,
 ) -> ApiResult<Response> {
-    let stream = s.stack.catalog.create_stream(&ns, &body.name, body.partitions, body.properties).await?;
+    let stream = s.api.create_stream(&ns, &body.name, body.partitions, body.properties).await?;
     Ok(ok(StatusCode::CREATED, StreamJson::from(stream)))
 }
 
@@ -370,7 +290,7 @@ async fn list_streams(
     Path(ns): Path<String>,
     Query(q): Query<ListQuery>,
 ) -> ApiResult<Response> {
-    let page = s.stack.catalog.list_streams(&ns, q.after.as_deref(), page_limit(q.limit)?).await?;
+    let page = s.api.list_streams(&ns, q.after.as_deref(), q.limit).await?;
     let items: Vec<StreamJson> = page.items.into_iter().map(Into::into).collect();
     Ok(ok(StatusCode::OK, serde_json::json!({ "streams": items, "next_page": page.next_page })))
 }
@@ -379,14 +299,14 @@ async fn get_stream(
     State(s): State<AppState>,
     Path((ns, stream)): Path<(String, String)>,
 ) -> ApiResult<Response> {
-    Ok(ok(StatusCode::OK, StreamJson::from(s.stack.catalog.get_stream(&ns, &stream).await?)))
+    Ok(ok(StatusCode::OK, StreamJson::from(s.api.get_stream(&ns, &stream).await?)))
 }
 
 async fn drop_stream(
     State(s): State<AppState>,
     Path((ns, stream)): Path<(String, String)>,
 ) -> ApiResult<Response> {
-    s.stack.catalog.drop_stream(&ns, &stream).await?;
+    s.api.drop_stream(&ns, &stream).await?;
     Ok(StatusCode::NO_CONTENT.into_response())
 }
 
@@ -404,48 +324,12 @@ async fn add_partitions(
     Path((ns, stream)): Path<(String, String)>,
     Json(body): Json<AddPartitions>,
 ) -> ApiResult<Response> {
-    let growth = match (body.to, body.by) {
-        (Some(to), None) => Growth::To(to),
-        (None, Some(by)) => Growth::By(by),
-        _ => return Err(ApiError::bad_request("give exactly one of `to` and `by`")),
-    };
-    Ok(ok(StatusCode::OK, StreamJson::from(s.stack.catalog.add_partitions(&ns, &stream, growth).await?)))
+    Ok(ok(StatusCode::OK, StreamJson::from(s.api.add_partitions(&ns, &stream, body.to, body.by).await?)))
 }
 
-/// Resolves a partition of a stream to its log through the catalog.
-async fn log_of(s: &AppState, ns: &str, stream: &str, partition: &str) -> ApiResult<LogRef> {
-    let p: usize = partition.parse().map_err(|_| {
-        ApiError::bad_request(format!("partition {partition:?} is not a non-negative integer"))
-    })?;
-    let stream = s.stack.catalog.get_stream(ns, stream).await?;
-    let count = stream.partition_count();
-    stream.log_ref(p).ok_or_else(|| {
-        ApiError::new(
-            StatusCode::NOT_FOUND,
-            "not_found",
-            format!("stream {ns}/{} has {count} partitions; no partition {p}", stream.name),
-        )
-    })
-}
-
-fn writer(s: &AppState) -> ApiResult<&Writer> {
-    s.stack.writer.as_ref().ok_or_else(|| {
-        ApiError::new(
-            StatusCode::NOT_IMPLEMENTED,
-            "role_not_served",
-            "this process does not serve the writer role",
-        )
-    })
-}
-
-fn reader(s: &AppState) -> ApiResult<&Reader> {
-    s.stack.reader.as_ref().ok_or_else(|| {
-        ApiError::new(
-            StatusCode::NOT_IMPLEMENTED,
-            "role_not_served",
-            "this process does not serve the reader role",
-        )
-    })
+/// Parses a partition path segment.
+fn partition(p: &str) -> ApiResult<usize> {
+    p.parse().map_err(|_| ApiError::invalid(format!("partition {p:?} is not a non-negative integer")))
 }
 
 #[derive(Debug, Deserialize)]
@@ -455,6 +339,10 @@ struct ProduceEntry {
     payload_base64: String,
     #[serde(default = "one")]
     record_count: u32,
+}
+
+fn one() -> u32 {
+    1
 }
 
 #[derive(Debug, Deserialize)]
@@ -490,32 +378,19 @@ async fn produce(
     headers: HeaderMap,
     body: Bytes,
 ) -> ApiResult<Response> {
-    let log = log_of(&s, &ns, &stream, &p).await?;
-    let w = writer(&s)?;
+    let target = PartitionRef { namespace: &ns, stream: &stream, partition: partition(&p)? };
     let content_type = headers
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.split(';').next())
         .map(|t| t.trim().to_ascii_lowercase())
         .unwrap_or_default();
-    let entries: Vec<(Bytes, u32)> = if content_type == KAFKA_BATCHES {
-        // The Kafka binding (Appendix A): the body is one entry of complete record batches;
-        // its record count is what the batches hold. `record_count` must not disagree.
-        let records = lakestream_format::kafka::count_records(&body)
-            .map_err(|e| ApiError::bad_request(format!("body: not a valid Kafka entry payload: {e}")))?;
-        if let Some(n) = q.record_count.filter(|n| *n != records) {
-            return Err(ApiError::bad_request(format!(
-                "record_count: {n} disagrees with the {records} records the batches hold"
-            )));
-        }
-        vec![(body, records)]
+    let input = if content_type == KAFKA_BATCHES {
+        ProduceInput::KafkaBatches { payload: body, record_count: q.record_count }
     } else if content_type == "application/json" {
         let parsed: ProduceBody =
-            serde_json::from_slice(&body).map_err(|e| ApiError::bad_request(format!("request body: {e}")))?;
-        if parsed.entries.is_empty() {
-            return Err(ApiError::bad_request("entries: must hold at least one entry"));
-        }
-        parsed
+            serde_json::from_slice(&body).map_err(|e| ApiError::invalid(format!("request body: {e}")))?;
+        let entries = parsed
             .entries
             .into_iter()
             .enumerate()
@@ -523,63 +398,31 @@ async fn produce(
                 BASE64
                     .decode(e.payload_base64.as_bytes())
                     .map(|b| (Bytes::from(b), e.record_count))
-                    .map_err(|err| ApiError::bad_request(format!("entries[{i}].payload_base64: {err}")))
+                    .map_err(|err| ApiError::invalid(format!("entries[{i}].payload_base64: {err}")))
             })
-            .collect::<ApiResult<_>>()?
+            .collect::<ApiResult<_>>()?;
+        ProduceInput::Entries(entries)
     } else {
-        vec![(body, q.record_count.unwrap_or(1))]
+        ProduceInput::Entries(vec![(body, q.record_count.unwrap_or(1))])
     };
-    for (i, (payload, records)) in entries.iter().enumerate() {
-        if *records == 0 {
-            return Err(ApiError::bad_request(format!("entries[{i}].record_count: must be at least 1")));
-        }
-        if payload.len() > w.config().max_entry_bytes {
-            return Err(ApiError::new(
-                StatusCode::PAYLOAD_TOO_LARGE,
-                "too_large",
-                format!(
-                    "entries[{i}]: {} bytes exceeds the largest entry ({})",
-                    payload.len(),
-                    w.config().max_entry_bytes
-                ),
-            ));
-        }
-    }
-    let started = Instant::now();
-    let lens: Vec<usize> = entries.iter().map(|(p, _)| p.len()).collect();
-    let results = w.append_many(log.log_id, entries).await.into_iter().zip(lens);
-    let mut answers = Vec::new();
-    let mut first_error = None;
-    for (result, len) in results {
-        match result {
-            Ok(ack) => {
-                s.metrics.appended_entries.fetch_add(1, Ordering::Relaxed);
-                s.metrics.appended_bytes.fetch_add(len as u64, Ordering::Relaxed);
-                s.metrics.append_latency.observe(started.elapsed());
-                answers.push(serde_json::json!(Appended {
-                    offset: ack.offset,
-                    record_count: ack.record_count,
-                    timestamp_ms: ack.timestamp_ms
-                }));
-            }
-            Err(e) => {
-                s.metrics.append_errors.fetch_add(1, Ordering::Relaxed);
-                if e.class() == ErrorClass::OutcomeUnknown {
-                    s.metrics.append_unknown.fetch_add(1, Ordering::Relaxed);
-                }
-                answers.push(serde_json::json!({ "error": { "class": format!("{:?}", e.class()), "message": e.to_string() } }));
-                first_error.get_or_insert(e);
-            }
-        }
-    }
-    // A single entry answers with its own status; a batch answers 200 with one result per
-    // entry unless every entry failed, in which case the first error decides.
-    if let Some(e) = first_error
-        && answers.iter().all(|a| a.get("error").is_some())
-    {
-        s.metrics.http_errors.fetch_add(1, Ordering::Relaxed);
-        return Err(e.into());
-    }
+    // A batch answers 200 with one result per entry unless every entry failed, in which case
+    // the first error decides (and a single entry answers with its own status).
+    let answers: Vec<serde_json::Value> = s
+        .api
+        .produce(target, input)
+        .await?
+        .into_iter()
+        .map(|outcome| match outcome {
+            Ok(ack) => serde_json::json!(Appended {
+                offset: ack.offset,
+                record_count: ack.record_count,
+                timestamp_ms: ack.timestamp_ms
+            }),
+            Err(e) => serde_json::json!({ "error": {
+                "class": format!("{:?}", e.class), "code": e.error.code(), "message": e.error.message()
+            } }),
+        })
+        .collect();
     Ok(ok(StatusCode::OK, serde_json::json!({ "entries": answers })))
 }
 
@@ -593,35 +436,18 @@ struct FetchQuery {
     max_wait_ms: u64,
 }
 
-const DEFAULT_FETCH_BYTES: usize = 1 << 20;
-
 async fn fetch(
     State(s): State<AppState>,
     Path((ns, stream, p)): Path<(String, String, String)>,
     Query(q): Query<FetchQuery>,
 ) -> ApiResult<Response> {
-    let log = log_of(&s, &ns, &stream, &p).await?;
-    let r = reader(&s)?;
-    let max_bytes = q.max_bytes.unwrap_or(DEFAULT_FETCH_BYTES);
-    if max_bytes == 0 {
-        return Err(ApiError::bad_request("max_bytes: must be at least 1"));
-    }
-    let wait = Duration::from_millis(q.max_wait_ms);
-    if wait > s.config.max_fetch_wait {
-        return Err(ApiError::bad_request(format!(
-            "max_wait_ms: at most {} ms",
-            s.config.max_fetch_wait.as_millis()
-        )));
-    }
-    let started = Instant::now();
-    let batch = r.read(&log, q.offset, max_bytes, wait).await?;
-    s.metrics.fetch_latency.observe(started.elapsed());
-    s.metrics.fetched_entries.fetch_add(batch.entries.len() as u64, Ordering::Relaxed);
+    let target = PartitionRef { namespace: &ns, stream: &stream, partition: partition(&p)? };
+    let params = FetchParams { offset: q.offset, max_bytes: q.max_bytes, max_wait_ms: q.max_wait_ms };
+    let batch = s.api.fetch(target, params).await?;
     let entries: Vec<_> = batch
         .entries
         .iter()
         .map(|e| {
-            s.metrics.fetched_bytes.fetch_add(e.payload.len() as u64, Ordering::Relaxed);
             serde_json::json!({
                 "offset": e.offset,
                 "record_count": e.record_count,
@@ -640,14 +466,11 @@ async fn offsets(
     State(s): State<AppState>,
     Path((ns, stream, p)): Path<(String, String, String)>,
 ) -> ApiResult<Response> {
-    let log = log_of(&s, &ns, &stream, &p).await?;
-    let r = reader(&s)?;
-    let first = r.first_offset(log.log_id).await?;
-    let next = r.next_offset(log.log_id).await?;
-    let b = r.trim_marker(log.log_id).await?;
+    let target = PartitionRef { namespace: &ns, stream: &stream, partition: partition(&p)? };
+    let o = s.api.offsets(target).await?;
     Ok(ok(
         StatusCode::OK,
-        serde_json::json!({ "first_offset": first, "next_offset": next, "trim_marker": b }),
+        serde_json::json!({ "first_offset": o.first_offset, "next_offset": o.next_offset, "trim_marker": o.trim_marker }),
     ))
 }
 
@@ -663,7 +486,7 @@ async fn trim(
     Path((ns, stream, p)): Path<(String, String, String)>,
     Json(body): Json<TrimBody>,
 ) -> ApiResult<Response> {
-    let log = log_of(&s, &ns, &stream, &p).await?;
-    let outcome = writer(&s)?.soft_trim(log.log_id, body.through).await?;
+    let target = PartitionRef { namespace: &ns, stream: &stream, partition: partition(&p)? };
+    let outcome = s.api.trim(target, body.through).await?;
     Ok(ok(StatusCode::OK, serde_json::json!({ "trim_marker": outcome.marker, "advanced": outcome.advanced })))
 }

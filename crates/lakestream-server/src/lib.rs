@@ -1,15 +1,21 @@
-//! Lakestream services: configuration, wiring and the HTTP/JSON API.
+//! Lakestream services: configuration, wiring, and the HTTP/JSON and gRPC APIs over one
+//! service layer ([`api`]).
 //!
 //! [`ServerConfig`] is read from one TOML file, environment variables and flags;
-//! [`Stack::open`] builds the metadata store, object stores and roles it names; [`serve`]
-//! runs the HTTP API until a shutdown signal, then closes the writer gracefully (pending
-//! appends are published and leases released).
+//! [`Stack::open`] builds the metadata store, object stores and roles it names; [`serve_all`]
+//! runs the HTTP API (and the gRPC API when `grpc.addr` is set) until a shutdown signal,
+//! then closes the writer gracefully (pending appends are published and leases released).
 #![deny(missing_docs)]
 
+pub mod api;
 pub mod auth;
 mod compaction;
 pub mod config;
+pub mod events;
+pub mod grpc;
 pub mod http;
+pub mod limits;
+pub mod listener;
 pub mod metrics;
 pub mod stack;
 
@@ -18,30 +24,102 @@ use std::future::Future;
 pub use config::{ConfigError, ServerConfig};
 pub use stack::{Stack, StartError};
 
-/// Runs the HTTP API of `stack` on `config.http.addr` until `shutdown` resolves, then shuts
-/// down gracefully. `on_listening` is called with the bound address (useful with port 0).
+/// Where a running service listens.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Listening {
+    /// The HTTP API.
+    pub http: std::net::SocketAddr,
+    /// The gRPC API, when `grpc.addr` is set.
+    pub grpc: Option<std::net::SocketAddr>,
+}
+
+/// [`serve_all`], telling `on_listening` only the HTTP address.
 pub async fn serve(
     config: &ServerConfig,
     stack: Stack,
     on_listening: impl FnOnce(std::net::SocketAddr),
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    let listener = tokio::net::TcpListener::bind(config.http.addr).await?;
-    on_listening(listener.local_addr()?);
+    serve_all(config, stack, |at| on_listening(at.http), shutdown).await
+}
+
+/// Runs the HTTP API of `stack` on `config.http.addr`, and the gRPC API on `config.grpc.addr`
+/// when set, until `shutdown` resolves (or either listener fails), then shuts down
+/// gracefully: both stop accepting, in-flight requests finish, background tasks stop, and
+/// the writer publishes pending appends and releases its leases. `on_listening` is called
+/// with the bound addresses (useful with port 0).
+pub async fn serve_all(
+    config: &ServerConfig,
+    stack: Stack,
+    on_listening: impl FnOnce(Listening),
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    // Bind errors name the listener: "address in use" alone does not say which port.
+    let bind = |what: &'static str, addr: std::net::SocketAddr| async move {
+        tokio::net::TcpListener::bind(addr)
+            .await
+            .map_err(|e| std::io::Error::new(e.kind(), format!("{what} listener on {addr}: {e}")))
+    };
+    let listener = bind("HTTP", config.http.addr).await?;
+    let grpc_listener = match config.grpc.addr {
+        Some(addr) => Some(bind("gRPC", addr).await?),
+        None => None,
+    };
+    on_listening(Listening {
+        http: listener.local_addr()?,
+        grpc: grpc_listener.as_ref().map(tokio::net::TcpListener::local_addr).transpose()?,
+    });
+    // One set of metrics behind both APIs and the compactor role.
+    let metrics = std::sync::Arc::new(metrics::Metrics::default());
     let (stop, stopped) = tokio::sync::watch::channel(false);
-    let compaction = stack
-        .compactor
-        .clone()
-        .map(|c| tokio::spawn(compaction::run(stack.clone(), c, config.compactor_schedule.clone(), stopped)));
-    let app = http::router(http::AppState::new(stack.clone(), config.http.clone()));
-    let result = axum::serve(listener, app).with_graceful_shutdown(shutdown).await;
+    let compaction = stack.compactor.clone().map(|c| {
+        let schedule = config.compactor_schedule.clone();
+        tokio::spawn(compaction::run(stack.clone(), c, schedule, metrics.clone(), stopped))
+    });
+    // Expired CloudEvents deduplication records are deleted periodically.
+    let ledger_cleanup = tokio::spawn(events::run_cleanup(stack.clone(), stop.subscribe()));
+    // One service layer and one set of metrics behind both APIs.
+    let api = api::Api::new(stack.clone(), metrics, config.http.max_fetch_wait);
+    let app = http::router(http::AppState::with_api(api.clone(), config.http.clone()));
+    let tls = config.tls.acceptor().map_err(std::io::Error::other)?;
+    serve_listeners(listener, app, grpc_listener, api, &config.grpc, tls, shutdown).await;
     // Let a running compaction pass finish its step, then stop the loop before the writer.
     let _ = stop.send(true);
     if let Some(task) = compaction {
         let _ = task.await;
     }
+    let _ = ledger_cleanup.await;
     stack.close().await;
-    result
+    Ok(())
+}
+
+/// Serves both listeners (over TLS when `tls` is given) until `shutdown` resolves; both
+/// then stop accepting and let open requests finish before this returns.
+async fn serve_listeners(
+    http_listener: tokio::net::TcpListener,
+    app: axum::Router,
+    grpc_listener: Option<tokio::net::TcpListener>,
+    api: api::Api,
+    grpc_config: &config::GrpcConfig,
+    tls: Option<tokio_rustls::TlsAcceptor>,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) {
+    let (stop, stopped) = tokio::sync::watch::channel(false);
+    let signal = tokio::spawn(async move {
+        shutdown.await;
+        let _ = stop.send(true);
+    });
+    let wait = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
+        let _ = rx.wait_for(|stopped| *stopped).await;
+    };
+    let http = listener::serve_connections(http_listener, tls.clone(), app, wait(stopped.clone()));
+    let grpc = async {
+        if let Some(l) = grpc_listener {
+            grpc::serve(l, api, grpc_config, tls, wait(stopped.clone())).await;
+        }
+    };
+    tokio::join!(http, grpc);
+    signal.abort();
 }
 
 /// The README's example, compiled and run as a doctest.

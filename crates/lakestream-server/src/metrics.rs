@@ -63,6 +63,103 @@ pub struct Metrics {
     pub fetch_latency: Histogram,
     /// Requests answered with a 4xx or 5xx status.
     pub http_errors: AtomicU64,
+    /// Requests refused by a client's rate limit (both APIs).
+    pub rate_limited: AtomicU64,
+    /// gRPC calls answered (any status).
+    pub grpc_requests: AtomicU64,
+    /// gRPC calls answered with a status other than OK.
+    pub grpc_errors: AtomicU64,
+    /// CloudEvents appended by ingest (not counting duplicates).
+    pub events_ingested: AtomicU64,
+    /// CloudEvents answered as duplicates of earlier ones.
+    pub events_duplicate: AtomicU64,
+    /// Ingest requests answered `in_flight` (HTTP 409).
+    pub events_in_flight: AtomicU64,
+    /// The compactor role's progress and each log's backlog.
+    pub compaction: CompactionMetrics,
+}
+
+/// What the compactor role reports: counters of its passes, and per log the backlog it saw
+/// when a pass over the log ended (gauges labelled with the log's stream).
+#[derive(Debug, Default)]
+pub struct CompactionMetrics {
+    /// Ranges compacted (C2–C5 done).
+    pub ranges: AtomicU64,
+    /// Payload bytes compacted.
+    pub payload_bytes: AtomicU64,
+    /// Logs whose compaction failed in a pass.
+    pub failures: AtomicU64,
+    backlogs: std::sync::Mutex<std::collections::BTreeMap<lakestream_format::LogId, LogBacklog>>,
+}
+
+/// A per-log gauge: name, help, and how to read its value.
+type Gauge = (&'static str, &'static str, fn(&LogBacklog) -> f64);
+
+#[derive(Debug, Clone)]
+struct LogBacklog {
+    log: lakestream_format::LogRef,
+    backlog: lakestream_compactor::Backlog,
+    seen_ms: i64,
+}
+
+impl CompactionMetrics {
+    /// Records the backlog of `log` seen at `now_ms` (wall clock, ms).
+    pub fn record_backlog(
+        &self,
+        log: &lakestream_format::LogRef,
+        backlog: lakestream_compactor::Backlog,
+        now_ms: i64,
+    ) {
+        let entry = LogBacklog { log: log.clone(), backlog, seen_ms: now_ms };
+        self.backlogs.lock().unwrap_or_else(|e| e.into_inner()).insert(log.log_id, entry);
+    }
+
+    /// Forgets logs that are no longer in the catalog (dropped streams).
+    pub fn retain_logs(&self, live: &std::collections::BTreeSet<lakestream_format::LogId>) {
+        self.backlogs.lock().unwrap_or_else(|e| e.into_inner()).retain(|id, _| live.contains(id));
+    }
+
+    fn render(&self, out: &mut String) {
+        let counters = [
+            ("lakestream_compaction_ranges_total", "Ranges compacted.", &self.ranges),
+            ("lakestream_compaction_payload_bytes_total", "Payload bytes compacted.", &self.payload_bytes),
+            ("lakestream_compaction_failures_total", "Log compactions that failed.", &self.failures),
+        ];
+        for (name, help, v) in counters {
+            let _ = writeln!(
+                out,
+                "# HELP {name} {help}\n# TYPE {name} counter\n{name} {}",
+                v.load(Ordering::Relaxed)
+            );
+        }
+        let backlogs = self.backlogs.lock().unwrap_or_else(|e| e.into_inner());
+        let gauges: [Gauge; 3] = [
+            ("lakestream_compaction_lag_bytes", "Payload bytes of a log not yet compacted.", |b| {
+                b.backlog.open_payload_bytes as f64
+            }),
+            (
+                "lakestream_compaction_lag_seconds",
+                "Age of a log's oldest entry not yet compacted, when last seen (0: none).",
+                |b| b.backlog.oldest_open_entry_ms.map_or(0.0, |t| (b.seen_ms - t).max(0) as f64 / 1e3),
+            ),
+            ("lakestream_trim_marker", "A log's trim marker B (entries below it are trimmed).", |b| {
+                b.backlog.trim_marker as f64
+            }),
+        ];
+        for (name, help, value) in gauges {
+            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} gauge");
+            for b in backlogs.values() {
+                let _ = writeln!(
+                    out,
+                    "{name}{{namespace=\"{}\",stream=\"{}\",log=\"{}\"}} {}",
+                    b.log.namespace,
+                    b.log.stream,
+                    b.log.log_id,
+                    value(b)
+                );
+            }
+        }
+    }
 }
 
 impl Metrics {
@@ -115,10 +212,42 @@ impl Metrics {
         self.fetch_latency.render("lakestream_fetch_latency_seconds", "Fetch latency.", &mut out);
         counter(
             &mut out,
+            "lakestream_rate_limited_total",
+            "Requests refused by a client's rate limit.",
+            &self.rate_limited,
+        );
+        counter(
+            &mut out,
             "lakestream_http_errors_total",
             "Requests answered with an error status.",
             &self.http_errors,
         );
+        counter(&mut out, "lakestream_grpc_requests_total", "gRPC calls answered.", &self.grpc_requests);
+        counter(
+            &mut out,
+            "lakestream_grpc_errors_total",
+            "gRPC calls answered with a status other than OK.",
+            &self.grpc_errors,
+        );
+        counter(
+            &mut out,
+            "lakestream_events_ingested_total",
+            "CloudEvents appended by ingest.",
+            &self.events_ingested,
+        );
+        counter(
+            &mut out,
+            "lakestream_events_duplicate_total",
+            "CloudEvents answered as duplicates.",
+            &self.events_duplicate,
+        );
+        counter(
+            &mut out,
+            "lakestream_events_in_flight_total",
+            "CloudEvents ingest requests answered in_flight.",
+            &self.events_in_flight,
+        );
+        self.compaction.render(&mut out);
         if let Some(c) = cache {
             let _ = writeln!(
                 out,
@@ -145,5 +274,29 @@ mod tests {
         assert!(out.contains("x_bucket{le=\"30\"} 1"));
         assert!(out.contains("x_bucket{le=\"+Inf\"} 2"));
         assert!(out.contains("x_count 2"));
+    }
+
+    #[test]
+    fn compaction_gauges_are_labelled_per_log_and_forget_dropped_logs() {
+        let m = Metrics::default();
+        let log = lakestream_format::LogRef {
+            log_id: lakestream_format::LogId(7),
+            namespace: "default".into(),
+            stream: "orders".into(),
+        };
+        let backlog = lakestream_compactor::Backlog {
+            log_id: log.log_id,
+            trim_marker: 3,
+            open_payload_bytes: 1024,
+            oldest_open_entry_ms: Some(10_000),
+        };
+        m.compaction.record_backlog(&log, backlog, 12_500);
+        let out = m.render(None);
+        let labels = "{namespace=\"default\",stream=\"orders\",log=\"7\"}";
+        assert!(out.contains(&format!("lakestream_compaction_lag_bytes{labels} 1024")), "{out}");
+        assert!(out.contains(&format!("lakestream_compaction_lag_seconds{labels} 2.5")), "{out}");
+        assert!(out.contains(&format!("lakestream_trim_marker{labels} 3")), "{out}");
+        m.compaction.retain_logs(&Default::default());
+        assert!(!m.render(None).contains("log=\"7\""));
     }
 }

@@ -9,7 +9,7 @@ use lakestream_compactor::{Compactor, CompactorDeps};
 use lakestream_format::{Clock, SystemClock};
 use lakestream_meta::lease::RandomTokens;
 use lakestream_meta::{EmbeddedStore, InMemoryStore, MetaStore};
-use lakestream_meta_oxia::{OxiaConfig, OxiaStore};
+use lakestream_meta_oxia::{OxiaConfig, OxiaStore, OxiaTls};
 use lakestream_objstore::{LocalFsStore, ObjectRoot, ObjectStore};
 use lakestream_objstore_s3::S3Store;
 use lakestream_reader::{Reader, ReaderDeps};
@@ -36,6 +36,14 @@ pub struct Stack {
     pub compactor: Option<Compactor>,
     /// The accepted bearer tokens (none: the API is open).
     pub auth: crate::auth::Authenticator,
+    /// The roles this process serves.
+    pub roles: crate::config::RolesConfig,
+    /// Wall-clock time, as every component of this process sees it.
+    pub clock: Arc<dyn Clock>,
+    /// Per-client request rate limits, shared by both APIs.
+    pub limiter: Arc<crate::limits::RateLimiter>,
+    /// The CloudEvents deduplication ledger (and the clock ingest stamps events with).
+    pub ledger: lakestream_cloudevents::ledger::Ledger,
 }
 
 /// Why a service could not start; names the component.
@@ -117,7 +125,32 @@ impl Stack {
         } else {
             None
         };
-        Ok(Stack { meta, wal, compacted, catalog, writer, reader, compactor, auth })
+        let ledger = lakestream_cloudevents::ledger::Ledger::new(
+            meta.clone(),
+            clock.clone(),
+            Arc::new(RandomTokens),
+            config.cloudevents.clone(),
+        )
+        .map_err(|e| crate::config::ConfigError::Invalid {
+            key: format!("cloudevents.{}", e.field),
+            message: e.rule,
+        })?;
+        let limiter = Arc::new(crate::limits::RateLimiter::new(config.limits.clone()));
+        let roles = config.roles.clone();
+        Ok(Stack {
+            meta,
+            wal,
+            compacted,
+            catalog,
+            writer,
+            reader,
+            compactor,
+            auth,
+            roles,
+            clock,
+            limiter,
+            ledger,
+        })
     }
 
     /// Every log of every live stream, from the catalog, for a compaction pass.
@@ -172,12 +205,30 @@ async fn open_meta(config: &MetadataConfig, clock: Arc<dyn Clock>) -> Result<Arc
                     .map_err(|e| StartError::Metadata(e.to_string()))?,
             )
         }
-        MetadataConfig::Oxia { addresses, namespace, session_timeout, request_timeout, bearer_token } => {
+        MetadataConfig::Oxia {
+            addresses,
+            namespace,
+            session_timeout,
+            request_timeout,
+            bearer_token,
+            tls,
+            tls_ca_file,
+            tls_domain,
+        } => {
             let mut c = OxiaConfig::new(addresses.clone());
             c.namespace = namespace.clone();
             c.session_timeout = *session_timeout;
             c.request_timeout = *request_timeout;
             c.bearer_token = bearer_token.clone();
+            if *tls || tls_ca_file.is_some() {
+                let ca_certificate_pem = match tls_ca_file {
+                    Some(file) => Some(std::fs::read(file).map_err(|e| {
+                        StartError::Metadata(format!("metadata.tls_ca_file: {}: {e}", file.display()))
+                    })?),
+                    None => None,
+                };
+                c.tls = Some(OxiaTls { ca_certificate_pem, domain_name: tls_domain.clone() });
+            }
             Arc::new(OxiaStore::connect(c).await.map_err(|e| StartError::Metadata(e.to_string()))?)
         }
     })

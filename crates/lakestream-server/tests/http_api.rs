@@ -246,6 +246,17 @@ async fn errors_have_precise_status_codes_and_name_the_problem() {
         json_call(b, "GET", "/v1/namespaces/default/streams/t/partitions/0/offsets", Value::Null).await;
     assert_eq!(offs["next_offset"], 0, "nothing may be written by refused requests");
 
+    // A stream this process's writer wrote to can be dropped: the writer gives up its unused
+    // leases, so the deletion's drain does not time out (it waited 30 s, then answered 409).
+    let (status, _, _) = call(
+        b,
+        "POST",
+        "/v1/namespaces/default/streams/t/partitions/0/entries",
+        "application/octet-stream",
+        b"written",
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK);
     // 409: a dropped identity cannot be created again.
     let (status, _) = json_call(b, "DELETE", "/v1/namespaces/default/streams/t", Value::Null).await;
     assert_eq!(status, StatusCode::NO_CONTENT);
@@ -304,15 +315,20 @@ async fn the_compactor_role_compacts_in_the_background_and_reads_stay_identical(
     let reader = stack.reader.clone().unwrap();
     let before = reader.read(&log, 0, 1 << 20, Duration::ZERO).await.unwrap().entries;
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let (addr_tx, addr_rx) = tokio::sync::oneshot::channel();
     let serving = {
         let stack = stack.clone();
         tokio::spawn(async move {
-            lakestream_server::serve(&config, stack, |_| {}, async move {
+            let on_listening = move |addr| {
+                let _ = addr_tx.send(addr);
+            };
+            lakestream_server::serve(&config, stack, on_listening, async move {
                 let _ = stop_rx.await;
             })
             .await
         })
     };
+    let base = format!("http://{}", addr_rx.await.unwrap());
     // Wait (bounded) until the log's records are PARQUET records.
     let p = lakestream_format::keys::partition(log.log_id);
     let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
@@ -353,6 +369,26 @@ async fn the_compactor_role_compacts_in_the_background_and_reads_stay_identical(
     .unwrap();
     let after = fresh.read(&log, 0, 1 << 20, Duration::ZERO).await.unwrap().entries;
     assert_eq!(after, before, "compaction keeps every entry's bytes, offsets and timestamps");
+    // The pass is in the metrics: ranges compacted, and the log's gauges with nothing left.
+    let labels = format!("{{namespace=\"default\",stream=\"compacted\",log=\"{}\"}}", log.log_id);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let (_, _, metrics) = call(&base, "GET", "/metrics", "text/plain", b"").await;
+        let metrics = String::from_utf8(metrics).unwrap();
+        let compacted = metrics
+            .lines()
+            .find_map(|l| l.strip_prefix("lakestream_compaction_ranges_total "))
+            .is_some_and(|v| v.trim() != "0");
+        if compacted && metrics.contains(&format!("lakestream_compaction_lag_bytes{labels} 0")) {
+            assert!(metrics.contains(&format!("lakestream_trim_marker{labels} 0")), "{metrics}");
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no compaction in the metrics within 30 s: {metrics}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
     stop_tx.send(()).unwrap();
     serving.await.unwrap().unwrap();
 }
@@ -458,5 +494,26 @@ async fn bearer_tokens_guard_every_namespace_and_refused_requests_write_nothing(
     // Operations endpoints need no token.
     let (status, _, _) = call_as(b, "GET", "/healthz", "text/plain", b"", None).await;
     assert_eq!(status, StatusCode::OK);
+    stop(s).await;
+}
+
+#[tokio::test]
+async fn a_process_without_the_catalog_role_refuses_catalog_changes_but_resolves_streams() {
+    // `lakestream writer` serves only the writer role: streams are created elsewhere.
+    let s = start_with(|c| {
+        c.roles.catalog = false;
+        c.roles.reader = false;
+        c.roles.compactor = false;
+    })
+    .await;
+    let b = &s.base;
+    let (status, e) = json_call(b, "POST", "/v1/namespaces/default/streams", json!({"name": "w"})).await;
+    assert_eq!(status, StatusCode::NOT_IMPLEMENTED, "{e}");
+    assert!(e["error"]["message"].as_str().unwrap().contains("catalog role"), "{e}");
+    let (status, _) = json_call(b, "GET", "/v1/namespaces/default/streams", Value::Null).await;
+    assert_eq!(status, StatusCode::OK, "reading the catalog needs no catalog role");
+    let (status, _) =
+        json_call(b, "GET", "/v1/namespaces/default/streams/w/partitions/0/entries", Value::Null).await;
+    assert_eq!(status, StatusCode::NOT_FOUND, "the stream does not exist; fetches are not served either way");
     stop(s).await;
 }

@@ -1,0 +1,739 @@
+//! The service layer under both APIs: every operation of the HTTP/JSON API ([`crate::http`])
+//! and the gRPC API ([`crate::grpc`]) as a plain async method of [`Api`], taking typed
+//! arguments and returning typed results or an [`ApiError`]. The transports only parse,
+//! call, and render, so the two APIs cannot drift apart in their rules, limits or metrics.
+//!
+//! [`ErrorKind`] is the one place that maps an error to its HTTP status, its gRPC code and
+//! its stable machine-readable code:
+//!
+//! | kind | HTTP | gRPC | code |
+//! |---|---|---|---|
+//! | invalid argument (names the field) | 400 | `INVALID_ARGUMENT` | `invalid_argument` |
+//! | unauthenticated | 401 | `UNAUTHENTICATED` | `unauthenticated` |
+//! | permission denied | 403 | `PERMISSION_DENIED` | `permission_denied` |
+//! | not found | 404 | `NOT_FOUND` | `not_found` |
+//! | already exists | 409 | `ALREADY_EXISTS` | `conflict` |
+//! | conflict: fenced log, dropped stream | 409 | `FAILED_PRECONDITION` | `conflict` |
+//! | contended (a lost race; retry) | 409 | `ABORTED` | `conflict` |
+//! | too large | 413 | `RESOURCE_EXHAUSTED` | `too_large` |
+//! | unsupported media type | 415 | `INVALID_ARGUMENT` | `unsupported_media_type` |
+//! | over the client's rate limit | 429 + `Retry-After` | `RESOURCE_EXHAUSTED` + `retry-after` | `rate_limited` |
+//! | role not served, not implemented | 501 | `UNIMPLEMENTED` | `role_not_served`, `not_implemented` |
+//! | backpressure, retryable | 503 + `Retry-After` | `UNAVAILABLE` + `retry-after` | `backpressure`, `unavailable` |
+//! | not ready | 503 | `UNAVAILABLE` | `not_ready` |
+//! | outcome unknown (may have been written) | 504 | `DEADLINE_EXCEEDED` | `outcome_unknown` |
+//! | corrupt data | 500 | `DATA_LOSS` | `corrupt_data` |
+//! | internal | 500 | `INTERNAL` | `internal` |
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use axum::http::StatusCode;
+use bytes::Bytes;
+use lakestream_catalog::{CatalogError, Growth, Namespace, Page, Stream};
+use lakestream_format::{ErrorClass, LogRef};
+use lakestream_reader::{ReadBatch, ReadError, Reader};
+use lakestream_writer::{AppendAck, AppendError, TrimError, TrimOutcome, Writer};
+
+use crate::auth::{Denied, Permission};
+use crate::metrics::Metrics;
+use crate::stack::Stack;
+
+/// What went wrong, coarsely: decides the HTTP status, the gRPC code and the stable code.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ErrorKind {
+    /// A malformed request; the message names the field.
+    InvalidArgument,
+    /// No valid bearer token.
+    Unauthenticated,
+    /// The token does not grant what the operation needs.
+    PermissionDenied,
+    /// The namespace, stream or partition does not exist.
+    NotFound,
+    /// The name is taken.
+    AlreadyExists,
+    /// The state forbids the operation (a fenced log, a dropped stream); retrying will not help.
+    Conflict,
+    /// A lost race with a concurrent change; retrying may succeed.
+    Contended,
+    /// An entry or request over a size limit.
+    TooLarge,
+    /// A body whose content type the operation does not take.
+    UnsupportedMediaType,
+    /// This process does not serve the role the operation needs.
+    RoleNotServed,
+    /// The operation is not implemented by this server.
+    NotImplemented,
+    /// The writer is over its in-flight limit; retry after a pause.
+    Backpressure,
+    /// The client sent more requests than its rate limit allows; retry after a pause.
+    RateLimited,
+    /// A transient failure; retry after a pause.
+    Unavailable,
+    /// The service cannot serve yet (its metadata store does not answer).
+    NotReady,
+    /// A write that may or may not have taken effect.
+    OutcomeUnknown,
+    /// Stored bytes that break a format rule.
+    CorruptData,
+    /// A bug or an unexpected state.
+    Internal,
+}
+
+impl ErrorKind {
+    /// The HTTP status.
+    pub fn http_status(self) -> StatusCode {
+        match self {
+            ErrorKind::InvalidArgument => StatusCode::BAD_REQUEST,
+            ErrorKind::Unauthenticated => StatusCode::UNAUTHORIZED,
+            ErrorKind::PermissionDenied => StatusCode::FORBIDDEN,
+            ErrorKind::NotFound => StatusCode::NOT_FOUND,
+            ErrorKind::AlreadyExists | ErrorKind::Conflict | ErrorKind::Contended => StatusCode::CONFLICT,
+            ErrorKind::TooLarge => StatusCode::PAYLOAD_TOO_LARGE,
+            ErrorKind::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            ErrorKind::RateLimited => StatusCode::TOO_MANY_REQUESTS,
+            ErrorKind::RoleNotServed | ErrorKind::NotImplemented => StatusCode::NOT_IMPLEMENTED,
+            ErrorKind::Backpressure | ErrorKind::Unavailable | ErrorKind::NotReady => {
+                StatusCode::SERVICE_UNAVAILABLE
+            }
+            ErrorKind::OutcomeUnknown => StatusCode::GATEWAY_TIMEOUT,
+            ErrorKind::CorruptData | ErrorKind::Internal => StatusCode::INTERNAL_SERVER_ERROR,
+        }
+    }
+
+    /// The gRPC status code. Too large is `RESOURCE_EXHAUSTED`, which is also what the
+    /// transport's own message-size limit answers, so a client sees one code for both.
+    /// Outcome unknown is `DEADLINE_EXCEEDED`, the code gRPC defines for "may have completed".
+    pub fn grpc_code(self) -> tonic::Code {
+        match self {
+            ErrorKind::InvalidArgument | ErrorKind::UnsupportedMediaType => tonic::Code::InvalidArgument,
+            ErrorKind::Unauthenticated => tonic::Code::Unauthenticated,
+            ErrorKind::PermissionDenied => tonic::Code::PermissionDenied,
+            ErrorKind::NotFound => tonic::Code::NotFound,
+            ErrorKind::AlreadyExists => tonic::Code::AlreadyExists,
+            ErrorKind::Conflict => tonic::Code::FailedPrecondition,
+            ErrorKind::Contended => tonic::Code::Aborted,
+            ErrorKind::TooLarge | ErrorKind::RateLimited => tonic::Code::ResourceExhausted,
+            ErrorKind::RoleNotServed | ErrorKind::NotImplemented => tonic::Code::Unimplemented,
+            ErrorKind::Backpressure | ErrorKind::Unavailable | ErrorKind::NotReady => {
+                tonic::Code::Unavailable
+            }
+            ErrorKind::OutcomeUnknown => tonic::Code::DeadlineExceeded,
+            ErrorKind::CorruptData => tonic::Code::DataLoss,
+            ErrorKind::Internal => tonic::Code::Internal,
+        }
+    }
+
+    /// The stable machine-readable code (HTTP `error.code`, gRPC `lakestream-error-code`).
+    pub fn code(self) -> &'static str {
+        match self {
+            ErrorKind::InvalidArgument => "invalid_argument",
+            ErrorKind::Unauthenticated => "unauthenticated",
+            ErrorKind::PermissionDenied => "permission_denied",
+            ErrorKind::NotFound => "not_found",
+            ErrorKind::AlreadyExists | ErrorKind::Conflict | ErrorKind::Contended => "conflict",
+            ErrorKind::TooLarge => "too_large",
+            ErrorKind::UnsupportedMediaType => "unsupported_media_type",
+            ErrorKind::RoleNotServed => "role_not_served",
+            ErrorKind::NotImplemented => "not_implemented",
+            ErrorKind::Backpressure => "backpressure",
+            ErrorKind::RateLimited => "rate_limited",
+            ErrorKind::Unavailable => "unavailable",
+            ErrorKind::NotReady => "not_ready",
+            ErrorKind::OutcomeUnknown => "outcome_unknown",
+            ErrorKind::CorruptData => "corrupt_data",
+            ErrorKind::Internal => "internal",
+        }
+    }
+
+    /// Seconds a client should wait before retrying, for the kinds worth retrying as is.
+    pub fn retry_after_secs(self) -> Option<u32> {
+        match self {
+            ErrorKind::Backpressure | ErrorKind::Unavailable | ErrorKind::RateLimited => Some(1),
+            _ => None,
+        }
+    }
+
+    /// The kind of an error class (for errors with no finer distinction).
+    pub fn of_class(class: ErrorClass) -> Self {
+        match class {
+            ErrorClass::InvalidInput => ErrorKind::InvalidArgument,
+            ErrorClass::NotFound => ErrorKind::NotFound,
+            ErrorClass::Conflict => ErrorKind::Conflict,
+            ErrorClass::Retryable => ErrorKind::Unavailable,
+            ErrorClass::OutcomeUnknown => ErrorKind::OutcomeUnknown,
+            ErrorClass::CorruptData => ErrorKind::CorruptData,
+            ErrorClass::Internal => ErrorKind::Internal,
+        }
+    }
+}
+
+/// An operation's failure: its kind and a message naming what was wrong.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ApiError {
+    kind: ErrorKind,
+    message: String,
+}
+
+impl ApiError {
+    /// An error of `kind`.
+    pub fn new(kind: ErrorKind, message: impl Into<String>) -> Self {
+        ApiError { kind, message: message.into() }
+    }
+
+    /// A malformed request; `message` should start with the field's name.
+    pub fn invalid(message: impl Into<String>) -> Self {
+        Self::new(ErrorKind::InvalidArgument, message)
+    }
+
+    /// Its kind.
+    pub fn kind(&self) -> ErrorKind {
+        self.kind
+    }
+
+    /// What was wrong.
+    pub fn message(&self) -> &str {
+        &self.message
+    }
+
+    /// The HTTP status.
+    pub fn http_status(&self) -> StatusCode {
+        self.kind.http_status()
+    }
+
+    /// The gRPC code.
+    pub fn grpc_code(&self) -> tonic::Code {
+        self.kind.grpc_code()
+    }
+
+    /// The stable code.
+    pub fn code(&self) -> &'static str {
+        self.kind.code()
+    }
+}
+
+impl std::fmt::Display for ApiError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: {}", self.kind.code(), self.message)
+    }
+}
+
+impl std::error::Error for ApiError {}
+
+impl From<CatalogError> for ApiError {
+    fn from(e: CatalogError) -> Self {
+        let kind = match &e {
+            CatalogError::NamespaceExists { .. } | CatalogError::StreamExists { .. } => {
+                ErrorKind::AlreadyExists
+            }
+            _ => ErrorKind::of_class(e.class()),
+        };
+        Self::new(kind, e.to_string())
+    }
+}
+
+impl From<AppendError> for ApiError {
+    fn from(e: AppendError) -> Self {
+        let kind = match &e {
+            AppendError::Backpressure => ErrorKind::Backpressure,
+            _ => ErrorKind::of_class(e.class()),
+        };
+        Self::new(kind, e.to_string())
+    }
+}
+
+impl From<ReadError> for ApiError {
+    fn from(e: ReadError) -> Self {
+        Self::new(ErrorKind::of_class(e.class()), e.to_string())
+    }
+}
+
+impl From<TrimError> for ApiError {
+    fn from(e: TrimError) -> Self {
+        let kind = match &e {
+            TrimError::Contended { .. } => ErrorKind::Contended,
+            _ => ErrorKind::of_class(e.class()),
+        };
+        Self::new(kind, e.to_string())
+    }
+}
+
+/// The result of an operation.
+pub type ApiResult<T> = Result<T, ApiError>;
+
+/// The header (HTTP) and metadata key (gRPC) carrying a request's id; a client may send its
+/// own (at most 128 visible ASCII characters), else one is made. It is echoed in the response
+/// and names the request's tracing span.
+pub const REQUEST_ID: &str = "x-request-id";
+
+static NEXT_REQUEST: AtomicU64 = AtomicU64::new(1);
+
+/// The id of a request: the client's when it is acceptable, else a new one (process id and a
+/// counter: unique per process without randomness).
+pub fn request_id(given: Option<&str>) -> String {
+    match given.filter(|v| !v.is_empty() && v.len() <= 128 && v.bytes().all(|b| b.is_ascii_graphic())) {
+        Some(id) => id.to_owned(),
+        None => format!("{}-{}", std::process::id(), NEXT_REQUEST.fetch_add(1, Ordering::Relaxed)),
+    }
+}
+
+/// Default page size of the list operations.
+pub const DEFAULT_PAGE: usize = 100;
+/// Largest page size of the list operations.
+pub const MAX_PAGE: usize = 1000;
+/// Default `max_bytes` of a fetch.
+pub const DEFAULT_FETCH_BYTES: usize = 1 << 20;
+
+/// A stream's partition, as named by a request.
+#[derive(Debug, Clone, Copy)]
+pub struct PartitionRef<'a> {
+    /// The namespace.
+    pub namespace: &'a str,
+    /// The stream.
+    pub stream: &'a str,
+    /// The partition number.
+    pub partition: usize,
+}
+
+/// What a produce request carries.
+#[derive(Debug, Clone)]
+pub enum ProduceInput {
+    /// Opaque entries: payload and record count each.
+    Entries(Vec<(Bytes, u32)>),
+    /// One entry of complete Kafka record batches, validated and counted by the Kafka binding;
+    /// `record_count`, when given, must agree with the count.
+    KafkaBatches {
+        /// The batches.
+        payload: Bytes,
+        /// The record count the client expects.
+        record_count: Option<u32>,
+    },
+}
+
+/// Why one entry of a produce request failed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EntryError {
+    /// The error class (an entry with [`ErrorClass::OutcomeUnknown`] may have been written).
+    pub class: ErrorClass,
+    /// The error, with its kind.
+    pub error: ApiError,
+}
+
+/// The outcome of one produced entry.
+pub type EntryOutcome = Result<AppendAck, EntryError>;
+
+/// A partition's offsets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Offsets {
+    /// The first readable offset.
+    pub first_offset: u64,
+    /// The offset the next entry will get.
+    pub next_offset: u64,
+    /// The trim marker.
+    pub trim_marker: u64,
+}
+
+/// A fetch's parameters.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct FetchParams {
+    /// Read from this offset.
+    pub offset: u64,
+    /// About how many payload bytes to return; default [`DEFAULT_FETCH_BYTES`].
+    pub max_bytes: Option<usize>,
+    /// How long to wait for new entries when none is available.
+    pub max_wait_ms: u64,
+}
+
+/// The operations of the API over a running [`Stack`], with the metrics both transports
+/// record into.
+#[derive(Debug, Clone)]
+pub struct Api {
+    stack: Stack,
+    metrics: Arc<Metrics>,
+    max_fetch_wait: Duration,
+}
+
+impl Api {
+    /// The operations over `stack`; fetches may wait at most `max_fetch_wait`.
+    pub fn new(stack: Stack, metrics: Arc<Metrics>, max_fetch_wait: Duration) -> Self {
+        Api { stack, metrics, max_fetch_wait }
+    }
+
+    /// The stack.
+    pub fn stack(&self) -> &Stack {
+        &self.stack
+    }
+
+    /// The metrics.
+    pub fn metrics(&self) -> &Arc<Metrics> {
+        &self.metrics
+    }
+
+    /// Checks a bearer token (`authorization` is the header or metadata value) for `needed` on
+    /// `namespace` (`None`: deployment-wide). Passes everything when no token is configured.
+    pub fn authorize(
+        &self,
+        authorization: Option<&str>,
+        namespace: Option<&str>,
+        needed: Permission,
+    ) -> ApiResult<()> {
+        self.token_of(authorization, namespace, needed).map(drop)
+    }
+
+    /// The name of the token that grants `needed` on `namespace` (`None` when the API is
+    /// open).
+    fn token_of(
+        &self,
+        authorization: Option<&str>,
+        namespace: Option<&str>,
+        needed: Permission,
+    ) -> ApiResult<Option<String>> {
+        if !self.stack.auth.enabled() {
+            return Ok(None);
+        }
+        match self.stack.auth.check(authorization, namespace, needed) {
+            Ok(token) => {
+                tracing::debug!(%token, "authorized");
+                Ok(Some(token))
+            }
+            Err(Denied::Unauthenticated) => {
+                Err(ApiError::new(ErrorKind::Unauthenticated, "a valid bearer token is required"))
+            }
+            Err(Denied::Forbidden(why)) => Err(ApiError::new(ErrorKind::PermissionDenied, why)),
+        }
+    }
+
+    /// Admits one API request: [`Api::authorize`], then the client's rate limit. The client
+    /// is the token's name when tokens are configured, else the peer's IP address, so one
+    /// token's callers share one budget wherever they connect from.
+    pub fn admit(
+        &self,
+        authorization: Option<&str>,
+        namespace: Option<&str>,
+        needed: Permission,
+        peer: Option<std::net::IpAddr>,
+    ) -> ApiResult<()> {
+        let token = self.token_of(authorization, namespace, needed)?;
+        let limiter = &self.stack.limiter;
+        if !limiter.enabled() {
+            return Ok(());
+        }
+        let client = match (&token, peer) {
+            (Some(name), _) => format!("token:{name}"),
+            (None, Some(ip)) => format!("ip:{ip}"),
+            (None, None) => "unknown".to_owned(),
+        };
+        limiter.check(&client, tokio::time::Instant::now()).map_err(|wait| {
+            self.metrics.rate_limited.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            ApiError::new(
+                ErrorKind::RateLimited,
+                format!("rate limit exceeded for {client}; retry in {} ms", wait.as_millis().max(1)),
+            )
+        })
+    }
+
+    /// Whether the metadata store answers.
+    pub async fn ready(&self) -> ApiResult<()> {
+        match self.stack.meta.get("0", "/readyz").await {
+            Ok(_) => Ok(()),
+            Err(e) => Err(ApiError::new(ErrorKind::NotReady, format!("metadata store: {e}"))),
+        }
+    }
+
+    /// Creates a namespace.
+    pub async fn create_namespace(
+        &self,
+        name: &str,
+        properties: BTreeMap<String, String>,
+    ) -> ApiResult<Namespace> {
+        self.catalog_role()?;
+        Ok(self.stack.catalog.create_namespace(name, properties).await?)
+    }
+
+    /// Lists namespaces after `after`, at most `limit` (default [`DEFAULT_PAGE`]).
+    pub async fn list_namespaces(
+        &self,
+        after: Option<&str>,
+        limit: Option<usize>,
+    ) -> ApiResult<Page<Namespace>> {
+        Ok(self.stack.catalog.list_namespaces(after, page_limit(limit)?).await?)
+    }
+
+    /// Creates a stream with `partitions` partitions (default 1).
+    pub async fn create_stream(
+        &self,
+        namespace: &str,
+        name: &str,
+        partitions: Option<u32>,
+        properties: BTreeMap<String, String>,
+    ) -> ApiResult<Stream> {
+        self.catalog_role()?;
+        Ok(self.stack.catalog.create_stream(namespace, name, partitions.unwrap_or(1), properties).await?)
+    }
+
+    /// Describes a stream.
+    pub async fn get_stream(&self, namespace: &str, name: &str) -> ApiResult<Stream> {
+        Ok(self.stack.catalog.get_stream(namespace, name).await?)
+    }
+
+    /// Lists a namespace's streams after `after`, at most `limit` (default [`DEFAULT_PAGE`]).
+    pub async fn list_streams(
+        &self,
+        namespace: &str,
+        after: Option<&str>,
+        limit: Option<usize>,
+    ) -> ApiResult<Page<Stream>> {
+        Ok(self.stack.catalog.list_streams(namespace, after, page_limit(limit)?).await?)
+    }
+
+    /// Drops a stream.
+    pub async fn drop_stream(&self, namespace: &str, name: &str) -> ApiResult<()> {
+        self.catalog_role()?;
+        // Deleting the stream's logs waits until no lease of them remains: let this
+        // process's writer give up its unused leases now rather than after its idle period.
+        if let Some(w) = &self.stack.writer {
+            w.release_idle_leases(std::time::Duration::ZERO).await;
+        }
+        Ok(self.stack.catalog.drop_stream(namespace, name).await?)
+    }
+
+    /// Grows a stream: to at least `to` partitions, or by `by`; exactly one must be given.
+    pub async fn add_partitions(
+        &self,
+        namespace: &str,
+        name: &str,
+        to: Option<u32>,
+        by: Option<u32>,
+    ) -> ApiResult<Stream> {
+        self.catalog_role()?;
+        let growth = match (to, by) {
+            (Some(to), None) => Growth::To(to),
+            (None, Some(by)) => Growth::By(by),
+            _ => return Err(ApiError::invalid("give exactly one of `to` and `by`")),
+        };
+        Ok(self.stack.catalog.add_partitions(namespace, name, growth).await?)
+    }
+
+    /// Resolves a partition of a stream to its log through the catalog.
+    pub async fn log_of(&self, target: PartitionRef<'_>) -> ApiResult<LogRef> {
+        let stream = self.stack.catalog.get_stream(target.namespace, target.stream).await?;
+        let count = stream.partition_count();
+        stream.log_ref(target.partition).ok_or_else(|| {
+            ApiError::new(
+                ErrorKind::NotFound,
+                format!(
+                    "stream {}/{} has {count} partitions; no partition {}",
+                    target.namespace, stream.name, target.partition
+                ),
+            )
+        })
+    }
+
+    /// Changes to namespaces and streams need the catalog role; reading them does not (every
+    /// role resolves streams through the catalog).
+    fn catalog_role(&self) -> ApiResult<()> {
+        if self.stack.roles.catalog {
+            Ok(())
+        } else {
+            Err(ApiError::new(ErrorKind::RoleNotServed, "this process does not serve the catalog role"))
+        }
+    }
+
+    fn writer(&self) -> ApiResult<&Writer> {
+        self.stack.writer.as_ref().ok_or_else(|| {
+            ApiError::new(ErrorKind::RoleNotServed, "this process does not serve the writer role")
+        })
+    }
+
+    fn reader(&self) -> ApiResult<&Reader> {
+        self.stack.reader.as_ref().ok_or_else(|| {
+            ApiError::new(ErrorKind::RoleNotServed, "this process does not serve the reader role")
+        })
+    }
+
+    /// Appends entries to a partition, concurrently, answering per entry in order. Every entry
+    /// is checked (record count, size) before any is appended, so a refused request writes
+    /// nothing. When every entry fails, the first failure is the answer.
+    pub async fn produce(
+        &self,
+        target: PartitionRef<'_>,
+        input: ProduceInput,
+    ) -> ApiResult<Vec<EntryOutcome>> {
+        let log = self.log_of(target).await?;
+        let w = self.writer()?;
+        let entries = match input {
+            ProduceInput::Entries(entries) => {
+                if entries.is_empty() {
+                    return Err(ApiError::invalid("entries: must hold at least one entry"));
+                }
+                entries
+            }
+            ProduceInput::KafkaBatches { payload, record_count } => {
+                // The Kafka binding (Appendix A): one entry of complete record batches; its
+                // record count is what the batches hold, which `record_count` must not contradict.
+                let records = lakestream_format::kafka::count_records(&payload)
+                    .map_err(|e| ApiError::invalid(format!("body: not a valid Kafka entry payload: {e}")))?;
+                if let Some(n) = record_count.filter(|n| *n != records) {
+                    return Err(ApiError::invalid(format!(
+                        "record_count: {n} disagrees with the {records} records the batches hold"
+                    )));
+                }
+                vec![(payload, records)]
+            }
+        };
+        let max = w.config().max_entry_bytes;
+        for (i, (payload, records)) in entries.iter().enumerate() {
+            if *records == 0 {
+                return Err(ApiError::invalid(format!("entries[{i}].record_count: must be at least 1")));
+            }
+            if payload.len() > max {
+                return Err(ApiError::new(
+                    ErrorKind::TooLarge,
+                    format!("entries[{i}]: {} bytes exceeds the largest entry ({max})", payload.len()),
+                ));
+            }
+        }
+        let started = Instant::now();
+        let lens: Vec<usize> = entries.iter().map(|(p, _)| p.len()).collect();
+        let results = w.append_many(log.log_id, entries).await;
+        let m = &self.metrics;
+        let mut outcomes = Vec::with_capacity(results.len());
+        for (result, len) in results.into_iter().zip(lens) {
+            outcomes.push(match result {
+                Ok(ack) => {
+                    m.appended_entries.fetch_add(1, Ordering::Relaxed);
+                    m.appended_bytes.fetch_add(len as u64, Ordering::Relaxed);
+                    m.append_latency.observe(started.elapsed());
+                    Ok(ack)
+                }
+                Err(e) => {
+                    m.append_errors.fetch_add(1, Ordering::Relaxed);
+                    if e.class() == ErrorClass::OutcomeUnknown {
+                        m.append_unknown.fetch_add(1, Ordering::Relaxed);
+                    }
+                    Err(EntryError { class: e.class(), error: e.into() })
+                }
+            });
+        }
+        if outcomes.iter().all(Result::is_err)
+            && let Some(Err(first)) = outcomes.first()
+        {
+            return Err(first.error.clone());
+        }
+        Ok(outcomes)
+    }
+
+    /// Reads whole entries of a partition from an offset.
+    pub async fn fetch(&self, target: PartitionRef<'_>, params: FetchParams) -> ApiResult<ReadBatch> {
+        let log = self.log_of(target).await?;
+        let r = self.reader()?;
+        let max_bytes = params.max_bytes.unwrap_or(DEFAULT_FETCH_BYTES);
+        if max_bytes == 0 {
+            return Err(ApiError::invalid("max_bytes: must be at least 1"));
+        }
+        let wait = Duration::from_millis(params.max_wait_ms);
+        if wait > self.max_fetch_wait {
+            return Err(ApiError::invalid(format!(
+                "max_wait_ms: at most {} ms",
+                self.max_fetch_wait.as_millis()
+            )));
+        }
+        let started = Instant::now();
+        let batch = r.read(&log, params.offset, max_bytes, wait).await?;
+        let m = &self.metrics;
+        m.fetch_latency.observe(started.elapsed());
+        m.fetched_entries.fetch_add(batch.entries.len() as u64, Ordering::Relaxed);
+        let bytes: usize = batch.entries.iter().map(|e| e.payload.len()).sum();
+        m.fetched_bytes.fetch_add(bytes as u64, Ordering::Relaxed);
+        Ok(batch)
+    }
+
+    /// A partition's first and next offsets and trim marker.
+    pub async fn offsets(&self, target: PartitionRef<'_>) -> ApiResult<Offsets> {
+        let log = self.log_of(target).await?;
+        let r = self.reader()?;
+        Ok(Offsets {
+            first_offset: r.first_offset(log.log_id).await?,
+            next_offset: r.next_offset(log.log_id).await?,
+            trim_marker: r.trim_marker(log.log_id).await?,
+        })
+    }
+
+    /// Soft-trims a partition through `through` (inclusive).
+    pub async fn trim(&self, target: PartitionRef<'_>, through: u64) -> ApiResult<TrimOutcome> {
+        let log = self.log_of(target).await?;
+        Ok(self.writer()?.soft_trim(log.log_id, through).await?)
+    }
+}
+
+fn page_limit(limit: Option<usize>) -> ApiResult<usize> {
+    match limit.unwrap_or(DEFAULT_PAGE) {
+        0 => Err(ApiError::invalid("limit: must be at least 1")),
+        n if n > MAX_PAGE => Err(ApiError::invalid(format!("limit: must be at most {MAX_PAGE}"))),
+        n => Ok(n),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_kind_maps_consistently() {
+        let all = [
+            ErrorKind::InvalidArgument,
+            ErrorKind::Unauthenticated,
+            ErrorKind::PermissionDenied,
+            ErrorKind::NotFound,
+            ErrorKind::AlreadyExists,
+            ErrorKind::Conflict,
+            ErrorKind::Contended,
+            ErrorKind::TooLarge,
+            ErrorKind::UnsupportedMediaType,
+            ErrorKind::RoleNotServed,
+            ErrorKind::NotImplemented,
+            ErrorKind::Backpressure,
+            ErrorKind::Unavailable,
+            ErrorKind::NotReady,
+            ErrorKind::OutcomeUnknown,
+            ErrorKind::CorruptData,
+            ErrorKind::Internal,
+            ErrorKind::RateLimited,
+        ];
+        for kind in all {
+            let status = kind.http_status();
+            assert!(status.is_client_error() || status.is_server_error(), "{kind:?}");
+            assert_ne!(kind.grpc_code(), tonic::Code::Ok, "{kind:?}");
+            // Only retryable kinds carry a retry hint: 503 / UNAVAILABLE, and the rate limit's
+            // 429 / RESOURCE_EXHAUSTED.
+            if kind.retry_after_secs().is_some() && kind != ErrorKind::RateLimited {
+                assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
+                assert_eq!(kind.grpc_code(), tonic::Code::Unavailable);
+            }
+        }
+        assert_eq!(ErrorKind::TooLarge.grpc_code(), tonic::Code::ResourceExhausted);
+        assert_eq!(
+            ErrorKind::of_class(ErrorClass::OutcomeUnknown).grpc_code(),
+            tonic::Code::DeadlineExceeded
+        );
+        assert_eq!(ErrorKind::of_class(ErrorClass::Conflict).http_status(), StatusCode::CONFLICT);
+    }
+
+    #[test]
+    fn request_ids_are_honoured_or_made() {
+        assert_eq!(request_id(Some("abc-123")), "abc-123");
+        let made = request_id(Some("has space"));
+        assert_ne!(made, "has space");
+        assert_ne!(request_id(None), request_id(None));
+        assert_ne!(request_id(Some(&"x".repeat(129))), "x".repeat(129));
+    }
+
+    #[test]
+    fn page_limits_name_the_field() {
+        assert!(page_limit(Some(0)).unwrap_err().message().starts_with("limit"));
+        assert!(page_limit(Some(MAX_PAGE + 1)).is_err());
+        assert_eq!(page_limit(None).unwrap(), DEFAULT_PAGE);
+    }
+}

@@ -1,0 +1,529 @@
+//! The gRPC API, `lakestream.v1.Lakestream` (`proto/lakestream/v1/lakestream.proto`): the
+//! same operations as the HTTP/JSON API, each a thin adapter over [`crate::api::Api`], so
+//! the rules, limits, permissions and metrics are the HTTP API's.
+//!
+//! Every call:
+//! - runs in a tracing span named by its `x-request-id` metadata (the client's, or a new one),
+//!   which every response, success or failure, echoes;
+//! - is checked against the bearer token in its `authorization` metadata when tokens are
+//!   configured, with the HTTP API's per-namespace permissions, before anything runs;
+//! - fails with the code [`crate::api::ErrorKind::grpc_code`] gives, the message naming what
+//!   was wrong, `lakestream-error-code` metadata holding the stable code, and `retry-after`
+//!   (seconds) on retryable `UNAVAILABLE`s;
+//! - is counted in `lakestream_grpc_requests_total` / `lakestream_grpc_errors_total`.
+//!
+//! A request message over `grpc.max_message_bytes` is refused by the transport before it is
+//! decoded; [`serve`] turns tonic's `OUT_OF_RANGE` for it into `RESOURCE_EXHAUSTED`, the code
+//! an over-large entry gets, so both limits answer alike.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::task::{Context, Poll};
+
+use tonic::metadata::{MetadataMap, MetadataValue};
+use tonic::{Request, Response, Status};
+use tracing::Instrument as _;
+
+use crate::api::{Api, ApiError, ApiResult, ErrorKind, FetchParams, PartitionRef, ProduceInput, REQUEST_ID};
+use crate::auth::Permission;
+use crate::config::GrpcConfig;
+use crate::metrics::Metrics;
+
+/// Generated code, one module per protobuf package (the nesting lets the packages refer to
+/// each other).
+#[allow(missing_docs, clippy::all, clippy::pedantic, unreachable_pub)]
+pub mod proto {
+    /// `lakestream.*`
+    pub mod lakestream {
+        /// `lakestream.v1`: the API's messages, the server trait and the client.
+        pub mod v1 {
+            tonic::include_proto!("lakestream.v1");
+        }
+    }
+    /// `io.*`
+    pub mod io {
+        /// `io.cloudevents.*`
+        pub mod cloudevents {
+            /// `io.cloudevents.v1`: the CloudEvents protobuf format.
+            pub mod v1 {
+                tonic::include_proto!("io.cloudevents.v1");
+            }
+        }
+    }
+}
+
+use pb::lakestream_server::{Lakestream, LakestreamServer};
+pub use proto::lakestream::v1 as pb;
+
+/// The metadata key of the stable error code.
+pub const ERROR_CODE: &str = "lakestream-error-code";
+
+/// The gRPC service over the service layer.
+#[derive(Debug, Clone)]
+pub struct GrpcService {
+    api: Api,
+}
+
+impl GrpcService {
+    /// The service over `api`.
+    pub fn new(api: Api) -> Self {
+        GrpcService { api }
+    }
+
+    /// The tonic server for this service, refusing request messages over `max_message_bytes`.
+    pub fn into_server(self, max_message_bytes: usize) -> LakestreamServer<Self> {
+        LakestreamServer::new(self).max_decoding_message_size(max_message_bytes)
+    }
+
+    /// Runs one call: request id and span, authorization of `needed` on `namespace`, then `f`;
+    /// maps its error to a status.
+    async fn call<T, R, Fut>(
+        &self,
+        method: &'static str,
+        request: Request<T>,
+        scope: impl FnOnce(&T) -> (Option<String>, Permission),
+        f: impl FnOnce(Api, T) -> Fut,
+    ) -> Result<Response<R>, Status>
+    where
+        Fut: Future<Output = ApiResult<R>>,
+    {
+        // The edge layer has already put an id into the metadata; this only reads it.
+        let id = crate::api::request_id(request.metadata().get(REQUEST_ID).and_then(|v| v.to_str().ok()));
+        let span = tracing::info_span!("grpc", id = %id, method);
+        let authorization =
+            request.metadata().get("authorization").and_then(|v| v.to_str().ok()).map(str::to_owned);
+        let peer = request.extensions().get::<crate::listener::PeerAddr>().map(|p| p.0.ip());
+        let message = request.into_inner();
+        let (namespace, needed) = scope(&message);
+        let api = self.api.clone();
+        let result = async move {
+            api.admit(authorization.as_deref(), namespace.as_deref(), needed, peer)?;
+            f(api, message).await
+        }
+        .instrument(span.clone())
+        .await;
+        match result {
+            Ok(reply) => Ok(Response::new(reply)),
+            Err(e) => {
+                span.in_scope(|| tracing::info!(code = e.code(), message = e.message(), "call failed"));
+                Err(status_of(&e))
+            }
+        }
+    }
+}
+
+/// The status of an error: its code and message, with the stable code and any retry hint in
+/// the metadata.
+pub fn status_of(e: &ApiError) -> Status {
+    let mut metadata = MetadataMap::new();
+    metadata.insert(ERROR_CODE, MetadataValue::from_static(e.code()));
+    if let Some(secs) = e.kind().retry_after_secs() {
+        metadata.insert("retry-after", MetadataValue::from(secs));
+    }
+    Status::with_metadata(e.grpc_code(), e.message(), metadata)
+}
+
+fn stream_of(s: lakestream_catalog::Stream) -> pb::Stream {
+    pb::Stream {
+        partitions: u32::try_from(s.partition_count()).unwrap_or(u32::MAX),
+        log_ids: s.logs.iter().map(|l| l.0).collect(),
+        namespace: s.namespace,
+        name: s.name,
+        properties: s.properties.into_iter().collect(),
+        created_ms: s.created_ms,
+    }
+}
+
+fn namespace_of(n: lakestream_catalog::Namespace) -> pb::Namespace {
+    pb::Namespace { name: n.name, properties: n.properties.into_iter().collect(), created_ms: n.created_ms }
+}
+
+fn appended(ack: &lakestream_writer::AppendAck) -> pb::Appended {
+    pb::Appended { offset: ack.offset, record_count: ack.record_count, timestamp_ms: ack.timestamp_ms }
+}
+
+fn limit(limit: Option<u32>) -> Option<usize> {
+    limit.map(|l| l as usize)
+}
+
+fn ns(namespace: &str) -> Option<String> {
+    Some(namespace.to_owned())
+}
+
+#[tonic::async_trait]
+impl Lakestream for GrpcService {
+    async fn create_namespace(
+        &self,
+        request: Request<pb::CreateNamespaceRequest>,
+    ) -> Result<Response<pb::Namespace>, Status> {
+        self.call(
+            "CreateNamespace",
+            request,
+            |_| (None, Permission::Admin),
+            |api, r| async move {
+                let created = api.create_namespace(&r.name, r.properties.into_iter().collect()).await?;
+                Ok(namespace_of(created))
+            },
+        )
+        .await
+    }
+
+    async fn list_namespaces(
+        &self,
+        request: Request<pb::ListNamespacesRequest>,
+    ) -> Result<Response<pb::ListNamespacesResponse>, Status> {
+        self.call(
+            "ListNamespaces",
+            request,
+            |_| (None, Permission::Read),
+            |api, r| async move {
+                let page = api.list_namespaces(r.after.as_deref(), limit(r.limit)).await?;
+                Ok(pb::ListNamespacesResponse {
+                    namespaces: page.items.into_iter().map(namespace_of).collect(),
+                    next_page: page.next_page,
+                })
+            },
+        )
+        .await
+    }
+
+    async fn create_stream(
+        &self,
+        request: Request<pb::CreateStreamRequest>,
+    ) -> Result<Response<pb::Stream>, Status> {
+        self.call(
+            "CreateStream",
+            request,
+            |r| (ns(&r.namespace), Permission::Admin),
+            |api, r| async move {
+                let properties = r.properties.into_iter().collect();
+                Ok(stream_of(api.create_stream(&r.namespace, &r.name, r.partitions, properties).await?))
+            },
+        )
+        .await
+    }
+
+    async fn get_stream(
+        &self,
+        request: Request<pb::GetStreamRequest>,
+    ) -> Result<Response<pb::Stream>, Status> {
+        self.call(
+            "GetStream",
+            request,
+            |r| (ns(&r.namespace), Permission::Read),
+            |api, r| async move { Ok(stream_of(api.get_stream(&r.namespace, &r.stream).await?)) },
+        )
+        .await
+    }
+
+    async fn list_streams(
+        &self,
+        request: Request<pb::ListStreamsRequest>,
+    ) -> Result<Response<pb::ListStreamsResponse>, Status> {
+        self.call(
+            "ListStreams",
+            request,
+            |r| (ns(&r.namespace), Permission::Read),
+            |api, r| async move {
+                let page = api.list_streams(&r.namespace, r.after.as_deref(), limit(r.limit)).await?;
+                Ok(pb::ListStreamsResponse {
+                    streams: page.items.into_iter().map(stream_of).collect(),
+                    next_page: page.next_page,
+                })
+            },
+        )
+        .await
+    }
+
+    async fn drop_stream(
+        &self,
+        request: Request<pb::DropStreamRequest>,
+    ) -> Result<Response<pb::DropStreamResponse>, Status> {
+        self.call(
+            "DropStream",
+            request,
+            |r| (ns(&r.namespace), Permission::Admin),
+            |api, r| async move {
+                api.drop_stream(&r.namespace, &r.stream).await?;
+                Ok(pb::DropStreamResponse {})
+            },
+        )
+        .await
+    }
+
+    async fn add_partitions(
+        &self,
+        request: Request<pb::AddPartitionsRequest>,
+    ) -> Result<Response<pb::Stream>, Status> {
+        use pb::add_partitions_request::Growth;
+        self.call(
+            "AddPartitions",
+            request,
+            |r| (ns(&r.namespace), Permission::Admin),
+            |api, r| async move {
+                let (to, by) = match r.growth {
+                    Some(Growth::To(to)) => (Some(to), None),
+                    Some(Growth::By(by)) => (None, Some(by)),
+                    None => (None, None),
+                };
+                Ok(stream_of(api.add_partitions(&r.namespace, &r.stream, to, by).await?))
+            },
+        )
+        .await
+    }
+
+    async fn produce(
+        &self,
+        request: Request<pb::ProduceRequest>,
+    ) -> Result<Response<pb::ProduceResponse>, Status> {
+        use pb::produce_result::Result as Outcome;
+        self.call(
+            "Produce",
+            request,
+            |r| (ns(&r.namespace), Permission::Write),
+            |api, r| async move {
+                let input = if r.kafka_batches {
+                    let mut entries = r.entries.into_iter();
+                    match (entries.next(), entries.next()) {
+                        (Some(e), None) => {
+                            ProduceInput::KafkaBatches { payload: e.payload, record_count: e.record_count }
+                        }
+                        _ => {
+                            return Err(ApiError::invalid(
+                                "entries: with kafka_batches, give exactly one entry holding the batches",
+                            ));
+                        }
+                    }
+                } else {
+                    ProduceInput::Entries(
+                        r.entries.into_iter().map(|e| (e.payload, e.record_count.unwrap_or(1))).collect(),
+                    )
+                };
+                let target = PartitionRef {
+                    namespace: &r.namespace,
+                    stream: &r.stream,
+                    partition: r.partition as usize,
+                };
+                let outcomes = api.produce(target, input).await?;
+                let results = outcomes
+                    .iter()
+                    .map(|o| pb::ProduceResult {
+                        result: Some(match o {
+                            Ok(ack) => Outcome::Appended(appended(ack)),
+                            Err(e) => Outcome::Error(pb::EntryError {
+                                class: format!("{:?}", e.class),
+                                message: e.error.message().to_owned(),
+                                code: e.error.code().to_owned(),
+                            }),
+                        }),
+                    })
+                    .collect();
+                Ok(pb::ProduceResponse { results })
+            },
+        )
+        .await
+    }
+
+    async fn fetch(&self, request: Request<pb::FetchRequest>) -> Result<Response<pb::FetchResponse>, Status> {
+        self.call(
+            "Fetch",
+            request,
+            |r| (ns(&r.namespace), Permission::Read),
+            |api, r| async move {
+                let target = PartitionRef {
+                    namespace: &r.namespace,
+                    stream: &r.stream,
+                    partition: r.partition as usize,
+                };
+                let params = FetchParams {
+                    offset: r.offset,
+                    // Larger than memory is the same as unbounded: the reader stops at what it has.
+                    max_bytes: r.max_bytes.map(|b| usize::try_from(b).unwrap_or(usize::MAX)),
+                    max_wait_ms: r.max_wait_ms,
+                };
+                let batch = api.fetch(target, params).await?;
+                Ok(pb::FetchResponse {
+                    entries: batch
+                        .entries
+                        .into_iter()
+                        .map(|e| pb::Entry {
+                            offset: e.offset,
+                            record_count: e.record_count,
+                            timestamp_ms: e.timestamp_ms,
+                            payload: e.payload,
+                        })
+                        .collect(),
+                    next_offset: batch.next_offset,
+                    trim_marker: batch.trim_marker,
+                })
+            },
+        )
+        .await
+    }
+
+    async fn get_offsets(
+        &self,
+        request: Request<pb::GetOffsetsRequest>,
+    ) -> Result<Response<pb::GetOffsetsResponse>, Status> {
+        self.call(
+            "GetOffsets",
+            request,
+            |r| (ns(&r.namespace), Permission::Read),
+            |api, r| async move {
+                let target = PartitionRef {
+                    namespace: &r.namespace,
+                    stream: &r.stream,
+                    partition: r.partition as usize,
+                };
+                let o = api.offsets(target).await?;
+                Ok(pb::GetOffsetsResponse {
+                    first_offset: o.first_offset,
+                    next_offset: o.next_offset,
+                    trim_marker: o.trim_marker,
+                })
+            },
+        )
+        .await
+    }
+
+    async fn trim(&self, request: Request<pb::TrimRequest>) -> Result<Response<pb::TrimResponse>, Status> {
+        self.call(
+            "Trim",
+            request,
+            |r| (ns(&r.namespace), Permission::Write),
+            |api, r| async move {
+                let target = PartitionRef {
+                    namespace: &r.namespace,
+                    stream: &r.stream,
+                    partition: r.partition as usize,
+                };
+                let outcome = api.trim(target, r.through).await?;
+                Ok(pb::TrimResponse { trim_marker: outcome.marker, advanced: outcome.advanced })
+            },
+        )
+        .await
+    }
+
+    async fn produce_cloud_events(
+        &self,
+        request: Request<pb::ProduceCloudEventsRequest>,
+    ) -> Result<Response<pb::ProduceCloudEventsResponse>, Status> {
+        use pb::produce_cloud_events_request::Events;
+        self.call(
+            "ProduceCloudEvents",
+            request,
+            |r| (ns(&r.namespace), Permission::Write),
+            |api, r| async move {
+                // Both forms go through the codec crate's validation, which names the attribute.
+                let events = match &r.events {
+                    Some(Events::Batch(batch)) => {
+                        lakestream_cloudevents::proto::decode_batch(&prost::Message::encode_to_vec(batch))
+                    }
+                    Some(Events::JsonBatch(json)) => lakestream_cloudevents::json::decode_batch(json),
+                    None => return Err(ApiError::invalid("events: give `batch` or `json_batch`")),
+                }
+                .map_err(|e| ApiError::invalid(format!("events: {e}")))?;
+                let outcome =
+                    crate::events::ingest(api.stack(), &r.namespace, &r.stream, r.partition, events)
+                        .await
+                        .map_err(|e| ApiError::new(e.kind(), e.to_string()))?;
+                match outcome {
+                    crate::events::IngestOutcome::Done(results) => Ok(pb::ProduceCloudEventsResponse {
+                        results: results.into_iter().map(cloud_event_result).collect(),
+                    }),
+                    crate::events::IngestOutcome::InFlight { index, retry_after } => Err(ApiError::new(
+                        ErrorKind::Contended,
+                        format!(
+                            "in_flight: event [{index}] is being appended by another request; nothing was \
+                         appended; retry the whole batch in {} ms",
+                            retry_after.as_millis().max(1)
+                        ),
+                    )),
+                }
+            },
+        )
+        .await
+    }
+}
+
+/// One event's answer: where it was appended, or where its first copy was.
+fn cloud_event_result(r: crate::events::EventResult) -> pb::CloudEventResult {
+    pb::CloudEventResult {
+        duplicate: r.status == crate::events::EventStatus::Duplicate,
+        id: r.id,
+        source: r.source,
+        partition: r.partition,
+        offset: r.offset,
+    }
+}
+
+/// Serves the gRPC API of `api` on `listener` (over TLS when `tls` is given) until
+/// `shutdown` resolves; in-flight calls finish first.
+pub async fn serve(
+    listener: tokio::net::TcpListener,
+    api: Api,
+    config: &GrpcConfig,
+    tls: Option<tokio_rustls::TlsAcceptor>,
+    shutdown: impl Future<Output = ()> + Send,
+) {
+    let metrics = api.metrics().clone();
+    let routes = tonic::service::Routes::new(GrpcService::new(api).into_server(config.max_message_bytes));
+    crate::listener::serve_connections(listener, tls, Edge { inner: routes, metrics }, shutdown).await
+}
+
+/// The layer every call passes: assigns the request id before the service sees the call and
+/// echoes it on every response, counts calls and failures, and gives an over-large request
+/// message `RESOURCE_EXHAUSTED` (tonic answers `OUT_OF_RANGE` before any handler runs).
+#[derive(Debug, Clone)]
+struct Edge<S> {
+    inner: S,
+    metrics: Arc<Metrics>,
+}
+
+type HttpResponse = axum::http::Response<tonic::body::Body>;
+
+impl<S, B> tower::Service<axum::http::Request<B>> for Edge<S>
+where
+    S: tower::Service<axum::http::Request<B>, Response = HttpResponse> + Send + 'static,
+    S::Future: Send + 'static,
+{
+    type Response = HttpResponse;
+    type Error = S::Error;
+    type Future = Pin<Box<dyn Future<Output = Result<HttpResponse, S::Error>> + Send>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, mut request: axum::http::Request<B>) -> Self::Future {
+        let id = crate::api::request_id(request.headers().get(REQUEST_ID).and_then(|v| v.to_str().ok()));
+        let id = axum::http::HeaderValue::from_str(&id).ok();
+        if let Some(id) = &id {
+            request.headers_mut().insert(REQUEST_ID, id.clone());
+        }
+        let metrics = self.metrics.clone();
+        let answer = self.inner.call(request);
+        Box::pin(async move {
+            let mut response = answer.await?;
+            metrics.grpc_requests.fetch_add(1, Ordering::Relaxed);
+            // A failed unary call answers with its status in the headers (trailers-only).
+            if let Some(status) = response.extensions().get::<Status>() {
+                if status.code() == tonic::Code::OutOfRange
+                    && status.message().contains("message length too large")
+                {
+                    let e = ApiError::new(ErrorKind::TooLarge, format!("request: {}", status.message()));
+                    response = status_of(&e).into_http();
+                }
+                if response.extensions().get::<Status>().is_some_and(|s| s.code() != tonic::Code::Ok) {
+                    metrics.grpc_errors.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+            if let Some(id) = id {
+                response.headers_mut().insert(REQUEST_ID, id);
+            }
+            Ok(response)
+        })
+    }
+}
