@@ -9,50 +9,14 @@ use lakestream_cloudevents::ledger::{ClaimResult, Scope};
 use lakestream_cloudevents::partition::partition_for_key;
 use lakestream_cloudevents::{dedup_key, http as ce_http, json};
 use lakestream_format::LogId;
-use lakestream_server::{ServerConfig, Stack};
 use serde_json::{Value, json};
 
-struct Running {
-    base: String,
-    stack: Stack,
-    stop: Option<tokio::sync::oneshot::Sender<()>>,
-    task: tokio::task::JoinHandle<std::io::Result<()>>,
-    _dir: tempfile::TempDir,
-}
+mod support;
 
-impl Running {
-    async fn shutdown(mut self) {
-        if let Some(stop) = self.stop.take() {
-            let _ = stop.send(());
-        }
-        self.task.await.unwrap().unwrap();
-    }
-}
+use support::Running;
 
 async fn start() -> Running {
-    let dir = tempfile::tempdir().unwrap();
-    let mut config = ServerConfig::dev(dir.path(), "127.0.0.1:0".parse().unwrap());
-    config.writer.flush_window = Duration::from_millis(5);
-    config.roles.compactor = false;
-    let stack = Stack::open(&config).await.unwrap();
-    let served = stack.clone();
-    let (addr_tx, addr_rx) = tokio::sync::oneshot::channel();
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let task = tokio::spawn(async move {
-        lakestream_server::serve(
-            &config,
-            served,
-            move |addr| {
-                let _ = addr_tx.send(addr);
-            },
-            async move {
-                let _ = stopped.await;
-            },
-        )
-        .await
-    });
-    let addr = addr_rx.await.unwrap();
-    Running { base: format!("http://{addr}"), stack, stop: Some(stop), task, _dir: dir }
+    support::start_with(|config| config.roles.compactor = false).await
 }
 
 /// Request headers, values as raw bytes.
@@ -258,7 +222,7 @@ async fn binary_structured_and_batched_ingest_read_back_byte_for_byte() {
     let metrics = String::from_utf8(call(b, "GET", "/metrics", &[], b"").await.body).unwrap();
     assert!(metrics.contains("lakestream_events_ingested_total 4"), "{metrics}");
     assert!(metrics.contains("lakestream_events_duplicate_total 4"), "{metrics}");
-    s.shutdown().await;
+    s.stop().await;
 }
 
 #[tokio::test]
@@ -279,7 +243,7 @@ async fn a_request_that_is_not_a_cloudevent_gets_415() {
     // Without a content type and without ce-specversion, too.
     let answer = call(&s.base, "POST", &events_path("ev"), &[("ce-id", b"1")], b"").await;
     assert_eq!(answer.status, StatusCode::UNSUPPORTED_MEDIA_TYPE);
-    s.shutdown().await;
+    s.stop().await;
 }
 
 #[tokio::test]
@@ -366,7 +330,7 @@ async fn every_validation_error_is_a_400_naming_the_attribute_and_appends_nothin
     assert_eq!(consume(b, "ev", 0, "max_bytes=0").await.status, StatusCode::BAD_REQUEST);
     assert_eq!(consume(b, "ev", 0, "max_wait_ms=600000").await.status, StatusCode::BAD_REQUEST);
     assert_eq!(consume(b, "ev", 3, "").await.status, StatusCode::NOT_FOUND);
-    s.shutdown().await;
+    s.stop().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -420,7 +384,7 @@ async fn concurrent_retries_of_one_batch_append_once_and_answer_the_original_off
             read.header("lakestream-offsets").map_or(0, |o| o.split(',').filter(|x| !x.is_empty()).count());
     }
     assert_eq!(total, 12);
-    s.shutdown().await;
+    s.stop().await;
 }
 
 #[tokio::test]
@@ -447,7 +411,7 @@ async fn an_event_claimed_by_an_unfinished_request_answers_in_flight() {
     s.stack.ledger.release(&mut claim).await;
     let statuses = placements(&post_batch(&s.base, &events_path("held"), body).await);
     assert!(statuses.iter().all(|(st, _, _)| st == "appended"));
-    s.shutdown().await;
+    s.stop().await;
 }
 
 #[tokio::test]
@@ -489,7 +453,7 @@ async fn percent_encoding_edge_cases_through_http() {
         placements(&call(b, "POST", &events_path("pct"), &headers, b"").await),
         vec![("duplicate".into(), 0, 0)]
     );
-    s.shutdown().await;
+    s.stop().await;
 }
 
 #[tokio::test]
@@ -528,7 +492,7 @@ async fn partitions_follow_kafkas_partitioner_and_a_batch_splits_per_partition()
     )
     .await;
     assert_eq!(placements(&answer), vec![("appended".into(), 5, 0)]);
-    s.shutdown().await;
+    s.stop().await;
 }
 
 #[tokio::test]
@@ -579,7 +543,7 @@ async fn other_records_get_synthesized_envelopes_and_ce_records_come_back_as_eve
     assert_eq!(read.header("content-type").as_deref(), Some("application/octet-stream"));
     assert_eq!(read.body, b"opaque");
     assert_eq!(read.header("lakestream-next-offset").as_deref(), Some("2"));
-    s.shutdown().await;
+    s.stop().await;
 }
 
 #[tokio::test]
@@ -601,5 +565,5 @@ async fn a_repeated_event_within_one_request_is_appended_once() {
         ]
     );
     assert_eq!(consume(&s.base, "rep", 0, "").await.header("lakestream-offsets").as_deref(), Some("0,1"));
-    s.shutdown().await;
+    s.stop().await;
 }

@@ -3,28 +3,20 @@
 
 use std::time::Duration;
 
+use lakestream_server::ServerConfig;
 use lakestream_server::grpc::pb;
 use lakestream_server::grpc::pb::lakestream_client::LakestreamClient;
-use lakestream_server::{Listening, ServerConfig, Stack};
 use tonic::transport::Channel;
 use tonic::{Code, Request, Status};
 
-struct Running {
-    at: Listening,
-    stop: Option<tokio::sync::oneshot::Sender<()>>,
-    task: tokio::task::JoinHandle<std::io::Result<()>>,
-    _dir: tempfile::TempDir,
-}
+mod support;
+
+use support::Running;
 
 impl Running {
     async fn client(&self) -> LakestreamClient<Channel> {
         let addr = self.at.grpc.expect("gRPC is served");
         LakestreamClient::connect(format!("http://{addr}")).await.unwrap()
-    }
-
-    async fn stop(mut self) {
-        self.stop.take().unwrap().send(()).unwrap();
-        self.task.await.unwrap().unwrap();
     }
 }
 
@@ -32,34 +24,14 @@ async fn start() -> Running {
     start_with(|_| {}).await
 }
 
-/// Serves a dev stack with both APIs on port 0, the tests' small limits, and whatever
-/// `configure` changes.
+/// A dev stack with the tests' small limits and whatever `configure` changes.
 async fn start_with(configure: impl FnOnce(&mut ServerConfig)) -> Running {
-    let dir = tempfile::tempdir().unwrap();
-    let mut config = ServerConfig::dev(dir.path(), "127.0.0.1:0".parse().unwrap());
-    config.grpc.addr = Some("127.0.0.1:0".parse().unwrap());
-    config.grpc.max_message_bytes = 64 * 1024;
-    config.writer.flush_window = Duration::from_millis(5);
-    config.writer.max_entry_bytes = 32 * 1024;
-    configure(&mut config);
-    let stack = Stack::open(&config).await.unwrap();
-    let (at_tx, at_rx) = tokio::sync::oneshot::channel();
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let task = tokio::spawn(async move {
-        lakestream_server::serve_all(
-            &config,
-            stack,
-            move |at| {
-                let _ = at_tx.send(at);
-            },
-            async move {
-                let _ = stopped.await;
-            },
-        )
-        .await
-    });
-    let at = at_rx.await.unwrap();
-    Running { at, stop: Some(stop), task, _dir: dir }
+    support::start_with(|config| {
+        config.grpc.max_message_bytes = 64 * 1024;
+        config.writer.max_entry_bytes = 32 * 1024;
+        configure(config);
+    })
+    .await
 }
 
 fn with_token<T>(message: T, token: Option<&str>) -> Request<T> {

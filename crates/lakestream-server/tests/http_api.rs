@@ -9,45 +9,23 @@ use http::StatusCode;
 use lakestream_server::{ServerConfig, Stack};
 use serde_json::{Value, json};
 
-struct Running {
-    base: String,
-    stop: Option<tokio::sync::oneshot::Sender<()>>,
-    task: tokio::task::JoinHandle<std::io::Result<()>>,
-    _dir: tempfile::TempDir,
-}
+mod support;
+
+use support::Running;
 
 async fn start() -> Running {
     start_with(|_| {}).await
 }
 
-/// Serves a dev stack in a temporary directory, with the tests' small limits and whatever
-/// `configure` changes.
+/// A dev stack with the tests' small limits and whatever `configure` changes.
 async fn start_with(configure: impl FnOnce(&mut ServerConfig)) -> Running {
-    let dir = tempfile::tempdir().unwrap();
-    let mut config = ServerConfig::dev(dir.path(), "127.0.0.1:0".parse().unwrap());
-    config.writer.flush_window = Duration::from_millis(5);
-    config.http.max_body_bytes = 64 * 1024;
-    config.writer.max_entry_bytes = 32 * 1024;
-    config.writer.max_in_flight_bytes = 1 << 20;
-    configure(&mut config);
-    let stack = Stack::open(&config).await.unwrap();
-    let (addr_tx, addr_rx) = tokio::sync::oneshot::channel();
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let task = tokio::spawn(async move {
-        lakestream_server::serve(
-            &config,
-            stack,
-            move |addr| {
-                let _ = addr_tx.send(addr);
-            },
-            async move {
-                let _ = stopped.await;
-            },
-        )
-        .await
-    });
-    let addr = addr_rx.await.unwrap();
-    Running { base: format!("http://{addr}"), stop: Some(stop), task, _dir: dir }
+    support::start_with(|config| {
+        config.http.max_body_bytes = 64 * 1024;
+        config.writer.max_entry_bytes = 32 * 1024;
+        config.writer.max_in_flight_bytes = 1 << 20;
+        configure(config);
+    })
+    .await
 }
 
 /// A minimal HTTP/1.1 client over a TCP stream: enough for JSON requests in tests without
@@ -186,7 +164,6 @@ async fn produce_fetch_trim_over_http() {
     );
     assert!(metrics.iter().any(|(k, v)| k == "content-type" && v.starts_with("text/plain")));
     assert!(String::from_utf8_lossy(&text).contains("lakestream_appended_entries_total 3"));
-    let _ = s.stop.is_some();
     stop(s).await;
 }
 
@@ -265,9 +242,8 @@ async fn errors_have_precise_status_codes_and_name_the_problem() {
     stop(s).await;
 }
 
-async fn stop(mut s: Running) {
-    s.stop.take().unwrap().send(()).unwrap();
-    s.task.await.unwrap().unwrap();
+async fn stop(s: Running) {
+    s.stop().await;
 }
 
 #[tokio::test]

@@ -1,55 +1,18 @@
 //! TLS on both APIs and per-client rate limits, over a real stack on loopback ports.
 
 use std::sync::Arc;
-use std::time::Duration;
 
+use lakestream_server::ServerConfig;
 use lakestream_server::grpc::pb;
 use lakestream_server::grpc::pb::lakestream_client::LakestreamClient;
-use lakestream_server::{Listening, ServerConfig, Stack};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tonic::transport::{Certificate, Channel, ClientTlsConfig};
 
 const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/tls");
 
-struct Running {
-    at: Listening,
-    stop: Option<tokio::sync::oneshot::Sender<()>>,
-    task: tokio::task::JoinHandle<std::io::Result<()>>,
-    _dir: tempfile::TempDir,
-}
+mod support;
 
-impl Running {
-    async fn stop(mut self) {
-        self.stop.take().unwrap().send(()).unwrap();
-        self.task.await.unwrap().unwrap();
-    }
-}
-
-/// Serves a dev stack with both APIs on port 0 and whatever `configure` changes.
-async fn start_with(configure: impl FnOnce(&mut ServerConfig)) -> Running {
-    let dir = tempfile::tempdir().unwrap();
-    let mut config = ServerConfig::dev(dir.path(), "127.0.0.1:0".parse().unwrap());
-    config.grpc.addr = Some("127.0.0.1:0".parse().unwrap());
-    config.writer.flush_window = Duration::from_millis(5);
-    configure(&mut config);
-    let stack = Stack::open(&config).await.unwrap();
-    let (at_tx, at_rx) = tokio::sync::oneshot::channel();
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let task = tokio::spawn(async move {
-        lakestream_server::serve_all(
-            &config,
-            stack,
-            move |at| {
-                let _ = at_tx.send(at);
-            },
-            async move {
-                let _ = stopped.await;
-            },
-        )
-        .await
-    });
-    Running { at: at_rx.await.unwrap(), stop: Some(stop), task, _dir: dir }
-}
+use support::start_with;
 
 fn with_tls(config: &mut ServerConfig) {
     config.tls.cert_file = Some(format!("{FIXTURES}/cert.pem").into());

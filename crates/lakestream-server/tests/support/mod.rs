@@ -1,0 +1,59 @@
+//! The harness the server suites share: a dev stack (the embedded metadata store and the
+//! local filesystem in a temporary directory) served on loopback ports, both APIs on port 0.
+
+#![allow(dead_code)] // Each suite uses its own part of the harness.
+
+use std::time::Duration;
+
+use lakestream_server::{Listening, ServerConfig, Stack};
+
+/// A running service.
+pub struct Running {
+    /// Where it listens.
+    pub at: Listening,
+    /// `http://{addr}` of the HTTP API.
+    pub base: String,
+    /// Its stack, for checks behind the API.
+    pub stack: Stack,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    task: tokio::task::JoinHandle<std::io::Result<()>>,
+    _dir: tempfile::TempDir,
+}
+
+impl Running {
+    /// Shuts the service down gracefully and checks that it stopped cleanly.
+    pub async fn stop(mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        self.task.await.unwrap().unwrap();
+    }
+}
+
+/// Serves a dev stack with a 5 ms flush window and whatever `configure` changes.
+pub async fn start_with(configure: impl FnOnce(&mut ServerConfig)) -> Running {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = ServerConfig::dev(dir.path(), "127.0.0.1:0".parse().unwrap());
+    config.grpc.addr = Some("127.0.0.1:0".parse().unwrap());
+    config.writer.flush_window = Duration::from_millis(5);
+    configure(&mut config);
+    let stack = Stack::open(&config).await.unwrap();
+    let served = stack.clone();
+    let (at_tx, at_rx) = tokio::sync::oneshot::channel();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let task = tokio::spawn(async move {
+        lakestream_server::serve_all(
+            &config,
+            served,
+            move |at| {
+                let _ = at_tx.send(at);
+            },
+            async move {
+                let _ = stopped.await;
+            },
+        )
+        .await
+    });
+    let at: Listening = at_rx.await.unwrap();
+    Running { base: format!("http://{}", at.http), at, stack, stop: Some(stop), task, _dir: dir }
+}
