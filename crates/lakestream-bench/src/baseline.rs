@@ -1,0 +1,330 @@
+//! The baselines: what the stores do raw, at the same sizes and concurrency as the system
+//! under test, on the same stores, in the same run. Also the closed-loop driver both use.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use futures::StreamExt as _;
+use lakestream_meta::MetaStore;
+use lakestream_objstore::{ObjectPath, ObjectPrefix, ObjectStore};
+
+use crate::hist::Histogram;
+use crate::meter::Meter;
+use crate::{BenchError, err};
+
+/// How much work a phase does.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Load {
+    /// Run for this long (operations in flight at the deadline complete).
+    Time(Duration),
+    /// Run this many operations.
+    Ops(u64),
+}
+
+/// What a phase did.
+#[derive(Debug, Clone, Default)]
+pub struct OpStats {
+    /// Operations completed.
+    pub ops: u64,
+    /// Bytes moved.
+    pub bytes: u64,
+    /// Wall time from the first start to the last completion.
+    pub elapsed: Duration,
+    /// Per-operation latency.
+    pub latency: Histogram,
+}
+
+impl OpStats {
+    /// MB/s (10⁶ bytes).
+    pub fn mb_s(&self) -> f64 {
+        per_second(self.bytes as f64 / 1e6, self.elapsed)
+    }
+
+    /// Operations per second.
+    pub fn ops_s(&self) -> f64 {
+        per_second(self.ops as f64, self.elapsed)
+    }
+}
+
+/// `amount / elapsed`, zero for an empty interval.
+pub fn per_second(amount: f64, elapsed: Duration) -> f64 {
+    let s = elapsed.as_secs_f64();
+    if s > 0.0 { amount / s } else { 0.0 }
+}
+
+/// Runs `op(worker, sequence)` from `concurrency` tasks, each starting its next operation when
+/// the previous one completes, until `load` is done. `op` returns the bytes it moved. The
+/// first error stops every worker and is returned.
+pub async fn closed_loop<F, Fut>(
+    concurrency: usize,
+    load: Load,
+    meter: &Arc<Meter>,
+    op: F,
+) -> Result<OpStats, BenchError>
+where
+    F: Fn(usize, u64) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = Result<u64, BenchError>> + Send + 'static,
+{
+    let op = Arc::new(op);
+    let issued = Arc::new(AtomicU64::new(0));
+    let failed = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let started = Instant::now();
+    let deadline = match load {
+        Load::Time(d) => Some(started + d),
+        Load::Ops(_) => None,
+    };
+    let limit = match load {
+        Load::Ops(n) => n,
+        Load::Time(_) => u64::MAX,
+    };
+    let mut tasks = tokio::task::JoinSet::new();
+    for worker in 0..concurrency.max(1) {
+        let (op, issued, failed, meter) = (op.clone(), issued.clone(), failed.clone(), meter.clone());
+        tasks.spawn(async move {
+            let mut latency = Histogram::new();
+            let (mut ops, mut bytes) = (0u64, 0u64);
+            loop {
+                if failed.load(Ordering::Relaxed) || deadline.is_some_and(|d| Instant::now() >= d) {
+                    break;
+                }
+                let seq = issued.fetch_add(1, Ordering::Relaxed);
+                if seq >= limit {
+                    break;
+                }
+                let t = Instant::now();
+                match op(worker, seq).await {
+                    Ok(b) => {
+                        latency.record(t.elapsed());
+                        meter.add(b);
+                        ops += 1;
+                        bytes += b;
+                    }
+                    Err(e) => {
+                        failed.store(true, Ordering::Relaxed);
+                        return Err(e);
+                    }
+                }
+            }
+            Ok::<_, BenchError>((latency, ops, bytes))
+        });
+    }
+    let mut out = OpStats::default();
+    let mut first_error = None;
+    while let Some(joined) = tasks.join_next().await {
+        match joined {
+            Ok(Ok((latency, ops, bytes))) => {
+                out.latency.merge(&latency);
+                out.ops += ops;
+                out.bytes += bytes;
+            }
+            Ok(Err(e)) => {
+                first_error.get_or_insert(e);
+            }
+            Err(e) => {
+                first_error.get_or_insert(BenchError::Operation {
+                    what: "a load task".into(),
+                    message: e.to_string(),
+                });
+            }
+        }
+    }
+    out.elapsed = started.elapsed();
+    match first_error {
+        Some(e) => Err(e),
+        None => Ok(out),
+    }
+}
+
+/// Raw `put`s of `size`-byte objects under `prefix` from `concurrency` tasks.
+pub async fn raw_puts(
+    store: Arc<dyn ObjectStore>,
+    prefix: String,
+    size: usize,
+    concurrency: usize,
+    load: Load,
+    meter: &Arc<Meter>,
+) -> Result<OpStats, BenchError> {
+    let body = Bytes::from(crate::scenarios::pseudo_random(size.max(1), 0xba5e));
+    closed_loop(concurrency, load, meter, move |worker, seq| {
+        let (store, body, prefix) = (store.clone(), body.clone(), prefix.clone());
+        async move {
+            let path =
+                ObjectPath::new(format!("{prefix}/put/{worker}/{seq}")).map_err(err("baseline path"))?;
+            let n = body.len() as u64;
+            store.put(&path, body).await.map_err(err(format!("raw PUT {path}")))?;
+            Ok(n)
+        }
+    })
+    .await
+}
+
+/// One raw `get` of each of `paths` from `concurrency` tasks.
+pub async fn raw_gets(
+    store: Arc<dyn ObjectStore>,
+    paths: Vec<ObjectPath>,
+    concurrency: usize,
+    meter: &Arc<Meter>,
+) -> Result<OpStats, BenchError> {
+    let n = paths.len() as u64;
+    let paths = Arc::new(paths);
+    closed_loop(concurrency, Load::Ops(n), meter, move |_, seq| {
+        let (store, paths) = (store.clone(), paths.clone());
+        async move {
+            let path = &paths[seq as usize];
+            let bytes = store.get(path).await.map_err(err(format!("raw GET {path}")))?;
+            Ok(bytes.len() as u64)
+        }
+    })
+    .await
+}
+
+/// Reads each of `paths` whole from `src` and writes it to `dst` under `prefix`, one object
+/// after another (as the compactor works through one log at a time). Counts the bytes once.
+pub async fn raw_copies(
+    src: Arc<dyn ObjectStore>,
+    dst: Arc<dyn ObjectStore>,
+    paths: Vec<ObjectPath>,
+    prefix: String,
+    meter: &Arc<Meter>,
+) -> Result<OpStats, BenchError> {
+    let n = paths.len() as u64;
+    let paths = Arc::new(paths);
+    closed_loop(1, Load::Ops(n), meter, move |_, seq| {
+        let (src, dst, paths, prefix) = (src.clone(), dst.clone(), paths.clone(), prefix.clone());
+        async move {
+            let from = &paths[seq as usize];
+            let bytes = src.get(from).await.map_err(err(format!("raw GET {from}")))?;
+            let n = bytes.len() as u64;
+            let to = ObjectPath::new(format!("{prefix}/copy/{seq}")).map_err(err("baseline path"))?;
+            dst.put(&to, bytes).await.map_err(err(format!("raw PUT {to}")))?;
+            Ok(n)
+        }
+    })
+    .await
+}
+
+/// The partition and key prefix of baseline worker `worker`'s sequenced puts.
+fn sequence_keys(run: &str, worker: usize) -> (String, String) {
+    (format!("bench-baseline-{run}-{worker}"), format!("/bench-baseline/{run}/{worker}"))
+}
+
+/// Raw sequenced puts of `value_bytes`-byte values from `concurrency` tasks, each on its own
+/// key sequence (as the writer publishes each log's index in its own sequence). The deltas
+/// are (1 record, `delta_bytes`), as an index record's.
+pub async fn raw_sequenced_puts(
+    meta: Arc<dyn MetaStore>,
+    run: String,
+    concurrency: usize,
+    value_bytes: usize,
+    delta_bytes: u64,
+    load: Load,
+    meter: &Arc<Meter>,
+) -> Result<OpStats, BenchError> {
+    let value = Bytes::from(vec![0x17; value_bytes]);
+    closed_loop(concurrency, load, meter, move |worker, _| {
+        let (meta, value, run) = (meta.clone(), value.clone(), run.clone());
+        async move {
+            let (partition, prefix) = sequence_keys(&run, worker);
+            let n = value.len() as u64;
+            meta.sequenced_put(&partition, &prefix, &[1, delta_bytes.max(1)], value)
+                .await
+                .map_err(err("raw sequenced put"))?;
+            Ok(n)
+        }
+    })
+    .await
+}
+
+/// Removes the records [`raw_sequenced_puts`] wrote (not timed).
+pub async fn remove_sequences(meta: &dyn MetaStore, run: &str, concurrency: usize) -> Result<(), BenchError> {
+    for worker in 0..concurrency.max(1) {
+        let (partition, prefix) = sequence_keys(run, worker);
+        // Keys are `{prefix}-…`; `.` sorts right after `-`.
+        meta.delete_range(&partition, &format!("{prefix}-"), &format!("{prefix}."))
+            .await
+            .map_err(err("removing the baseline's sequenced records"))?;
+    }
+    Ok(())
+}
+
+/// Every object under `prefix` (all of the store for an empty prefix).
+pub async fn list(
+    store: &dyn ObjectStore,
+    prefix: &str,
+) -> Result<Vec<lakestream_objstore::ObjectMeta>, BenchError> {
+    let prefix = ObjectPrefix::new(prefix).map_err(err("list prefix"))?;
+    let listed: Vec<_> = store.list(&prefix, None).collect().await;
+    listed.into_iter().map(|m| m.map_err(err("listing objects"))).collect()
+}
+
+/// Deletes every object under `prefix` (not timed).
+pub async fn remove_prefix(store: &dyn ObjectStore, prefix: &str) -> Result<(), BenchError> {
+    let paths: Vec<ObjectPath> = list(store, prefix).await?.into_iter().map(|m| m.path).collect();
+    store.delete_many(&paths).await.map_err(err("removing baseline objects"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use lakestream_meta::InMemoryStore as MemMeta;
+    use lakestream_objstore::InMemoryStore as MemObjects;
+
+    #[tokio::test]
+    async fn baselines_do_what_they_say_and_clean_up() {
+        let store: Arc<dyn ObjectStore> =
+            Arc::new(MemObjects::new(Arc::new(lakestream_format::ManualClock::new(0))));
+        let meter = Meter::new();
+        let puts = raw_puts(store.clone(), "b/r1".into(), 1000, 3, Load::Ops(10), &meter).await.unwrap();
+        assert_eq!((puts.ops, puts.bytes, puts.latency.count()), (10, 10_000, 10));
+        let paths: Vec<ObjectPath> =
+            list(&*store, "b/r1/put/").await.unwrap().into_iter().map(|m| m.path).collect();
+        assert_eq!(paths.len(), 10);
+        let gets = raw_gets(store.clone(), paths.clone(), 4, &meter).await.unwrap();
+        assert_eq!((gets.ops, gets.bytes), (10, 10_000));
+        let copies = raw_copies(store.clone(), store.clone(), paths, "b/r1".into(), &meter).await.unwrap();
+        assert_eq!((copies.ops, copies.bytes), (10, 10_000));
+        assert_eq!(list(&*store, "b/r1/copy/").await.unwrap().len(), 10);
+        assert_eq!(meter.read(), (30_000, 30));
+        remove_prefix(&*store, "b/r1/").await.unwrap();
+        assert!(list(&*store, "").await.unwrap().is_empty());
+
+        let meta: Arc<dyn MetaStore> = Arc::new(MemMeta::new());
+        let seq =
+            raw_sequenced_puts(meta.clone(), "r1".into(), 2, 64, 100, Load::Ops(6), &meter).await.unwrap();
+        assert_eq!(seq.ops, 6);
+        let count = async |worker| {
+            let (partition, prefix) = sequence_keys("r1", worker);
+            meta.list(&partition, &format!("{prefix}-"), &format!("{prefix}.")).await.unwrap().len()
+        };
+        assert_eq!(count(0).await + count(1).await, 6);
+        remove_sequences(&*meta, "r1", 2).await.unwrap();
+        assert_eq!(count(0).await + count(1).await, 0);
+    }
+
+    #[tokio::test]
+    async fn the_first_error_stops_the_loop() {
+        let meter = Meter::new();
+        let out = closed_loop(4, Load::Time(Duration::from_secs(30)), &meter, |_, seq| async move {
+            if seq == 5 {
+                Err(BenchError::Operation { what: "op".into(), message: "boom".into() })
+            } else {
+                tokio::task::yield_now().await;
+                Ok(1)
+            }
+        })
+        .await;
+        assert!(
+            matches!(out, Err(BenchError::Operation { ref message, .. }) if message == "boom"),
+            "{out:?}"
+        );
+    }
+
+    #[test]
+    fn rates_of_an_empty_interval_are_zero() {
+        assert_eq!(per_second(5.0, Duration::ZERO), 0.0);
+        assert_eq!(per_second(5.0, Duration::from_millis(500)), 10.0);
+    }
+}

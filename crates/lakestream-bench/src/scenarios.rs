@@ -1,0 +1,959 @@
+//! The scenarios. Each opens a fresh stream on the shared [`BenchContext`], measures its
+//! path, then its baselines on the same stores, and returns a [`ScenarioReport`].
+//!
+//! - **produce**: appends through the writer, closed loop (as fast as the in-flight bound
+//!   allows) or open loop at `rate` (latency then counts from each entry's scheduled time, so
+//!   a stall is not hidden by the producers waiting). Baselines: raw PUTs of the mean WAL
+//!   object size the writer produced, at the writer's upload concurrency; raw sequenced puts
+//!   at one sequence per log, as the writer publishes.
+//! - **consume**: writes a data set (not measured), then reads it all back through a fresh
+//!   reader (cold) and again through a reader whose cache holds it (cached, per CPU second).
+//!   Baseline: one raw GET of every WAL object the data set produced, one task per log.
+//! - **compact**: writes a data set, compacts every log; baseline: a raw read-and-write copy
+//!   of the same WAL objects, one after another, as the compactor goes through a log.
+//! - **events**: CloudEvents ingestion with deduplication against plain produce.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use lakestream_compactor::{Compactor, CompactorConfig, CompactorDeps, Progress};
+use lakestream_format::{Clock, LogRef, SystemClock};
+use lakestream_meta::lease::RandomTokens;
+use lakestream_objstore::ObjectMeta;
+use lakestream_reader::{Reader, ReaderConfig, ReaderDeps};
+use lakestream_server::config::{MetadataConfig, ObjectStoreConfig};
+use lakestream_server::{ServerConfig, Stack};
+use lakestream_writer::Writer;
+use serde::Serialize;
+
+use crate::baseline::{self, Load, OpStats, per_second};
+use crate::hist::Histogram;
+use crate::meter::{Goal, Meter, Sampler};
+use crate::report::{Figure, Latency, Ratio, ScenarioReport, Target};
+use crate::{BenchError, Knobs, err};
+
+/// A scenario.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Scenario {
+    /// Appends through the writer.
+    Produce,
+    /// Reads back, cold and cached.
+    Consume,
+    /// Compaction of written data.
+    Compact,
+    /// CloudEvents ingestion with deduplication.
+    Events,
+}
+
+impl Scenario {
+    /// Every scenario, in the order `all` runs them (produce first, so that its RSS is the
+    /// least affected by earlier scenarios' allocations).
+    pub const ALL: [Scenario; 4] =
+        [Scenario::Produce, Scenario::Consume, Scenario::Compact, Scenario::Events];
+
+    /// Its name.
+    pub fn name(self) -> &'static str {
+        match self {
+            Scenario::Produce => "produce",
+            Scenario::Consume => "consume",
+            Scenario::Compact => "compact",
+            Scenario::Events => "events",
+        }
+    }
+}
+
+/// What every scenario of a run shares: one stack, opened once from the configuration with
+/// the knobs applied.
+#[derive(Debug)]
+pub struct BenchContext {
+    /// The stack under test.
+    pub stack: Stack,
+    /// Its configuration, knobs applied.
+    pub config: ServerConfig,
+    /// The knobs.
+    pub knobs: Knobs,
+    /// A name for this run's streams and baseline objects (letters, digits, `-`).
+    pub run_id: String,
+    /// Whether to draw progress bars on stderr.
+    pub progress: bool,
+    stores: String,
+}
+
+impl BenchContext {
+    /// Applies the knobs to `config` and opens the stack. Object stores on S3 get a
+    /// `bench-{run_id}` key prefix below the configured one, so runs never see each other's
+    /// objects.
+    pub async fn open(
+        mut config: ServerConfig,
+        knobs: Knobs,
+        run_id: &str,
+        progress: bool,
+    ) -> Result<BenchContext, BenchError> {
+        knobs.validate()?;
+        if run_id.is_empty() || !run_id.chars().all(|c| c.is_ascii_alphanumeric() || c == '-') {
+            return Err(BenchError::Knob {
+                knob: "run-id",
+                message: format!("{run_id:?}: use letters, digits and -"),
+            });
+        }
+        if let Some(ms) = knobs.flush_window_ms {
+            config.writer.flush_window = Duration::from_millis(ms);
+        }
+        if let Some(bytes) = knobs.in_flight_bytes {
+            config.writer.max_in_flight_bytes = bytes;
+        }
+        config.writer.max_in_flight_bytes = config.writer.max_in_flight_bytes.max(knobs.entry_bytes);
+        // The writer admits no entry larger than its in-flight bound; a small bound for a small
+        // run lowers the largest entry accepted rather than being refused.
+        config.writer.max_entry_bytes = config.writer.max_entry_bytes.min(config.writer.max_in_flight_bytes);
+        config.roles.writer = true;
+        config.roles.reader = true;
+        // The compact scenario builds its own compactor (with ranges closing at once).
+        config.roles.compactor = false;
+        for root in [&mut config.storage.wal, &mut config.storage.compacted] {
+            if let ObjectStoreConfig::S3(s3) = root {
+                let base = s3.prefix.as_deref().unwrap_or("").trim_end_matches('/');
+                s3.prefix = Some(if base.is_empty() {
+                    format!("bench-{run_id}")
+                } else {
+                    format!("{base}/bench-{run_id}")
+                });
+            }
+        }
+        let stores = describe_stores(&config);
+        let stack = Stack::open(&config).await?;
+        Ok(BenchContext { stack, config, knobs, run_id: run_id.into(), progress, stores })
+    }
+
+    /// Releases the writer's leases and flushes what is pending.
+    pub async fn close(&self) {
+        self.stack.close().await;
+    }
+
+    pub(crate) fn writer(&self) -> Result<&Writer, BenchError> {
+        self.stack.writer.as_ref().ok_or_else(|| BenchError::Config("the writer role is off".into()))
+    }
+
+    /// Closed-loop producers: the knob, or enough to keep the in-flight bound full (by
+    /// Little's law, throughput is what is in flight over the latency).
+    pub(crate) fn producers(&self) -> usize {
+        match self.knobs.concurrency {
+            0 => (self.config.writer.max_in_flight_bytes / self.knobs.entry_bytes).clamp(1, 4096),
+            n => n,
+        }
+    }
+
+    pub(crate) fn load(&self) -> Load {
+        if self.knobs.count > 0 { Load::Ops(self.knobs.count) } else { Load::Time(self.knobs.duration()) }
+    }
+
+    /// What `consume` and `compact` write before measuring.
+    pub(crate) fn data_load(&self) -> Load {
+        match self.knobs.data_mib {
+            0 => self.load(),
+            mib => Load::Ops(((mib << 20) / self.knobs.entry_bytes as u64).max(1)),
+        }
+    }
+
+    pub(crate) fn goal(&self) -> Goal {
+        match self.load() {
+            Load::Ops(n) => Goal::Ops(n),
+            Load::Time(d) => Goal::Time(d),
+        }
+    }
+
+    /// The baselines run about half as long as the measured phase (at least 2 s, never
+    /// longer than the phase), or as many operations as the phase made.
+    fn baseline_load(&self, ops: u64) -> Load {
+        match self.load() {
+            Load::Ops(_) => Load::Ops(ops.max(4)),
+            Load::Time(d) => Load::Time((d / 2).max(d.min(Duration::from_secs(2)))),
+        }
+    }
+
+    fn baseline_prefix(&self) -> String {
+        format!("bench-baseline/{}", self.run_id)
+    }
+
+    pub(crate) async fn create_stream(&self, scenario: Scenario) -> Result<Vec<LogRef>, BenchError> {
+        let name = format!("bench-{}-{}", scenario.name(), self.run_id);
+        let stream = self
+            .stack
+            .catalog
+            .create_stream(
+                lakestream_server::stack::DEFAULT_NAMESPACE,
+                &name,
+                self.knobs.logs,
+                Default::default(),
+            )
+            .await
+            .map_err(err(format!("creating stream {name}")))?;
+        (0..stream.partition_count())
+            .map(|p| {
+                stream
+                    .log_ref(p)
+                    .ok_or_else(|| BenchError::Config(format!("stream {name} has no partition {p}")))
+            })
+            .collect()
+    }
+
+    pub(crate) fn report(&self, scenario: Scenario) -> ScenarioReport {
+        ScenarioReport {
+            scenario: scenario.name().into(),
+            stores: self.stores.clone(),
+            knobs: self.knobs.clone(),
+            flush_window_ms: u64::try_from(self.config.writer.flush_window.as_millis()).unwrap_or(u64::MAX),
+            in_flight_bytes: self.config.writer.max_in_flight_bytes,
+            figures: Vec::new(),
+            latencies: Vec::new(),
+            ratios: Vec::new(),
+            samples: Vec::new(),
+            targets: Vec::new(),
+            notes: Vec::new(),
+        }
+    }
+
+    pub(crate) fn sampler(&self, meter: &Arc<Meter>, label: &str, goal: Goal) -> Sampler {
+        Sampler::start(meter.clone(), label.into(), goal, self.progress)
+    }
+}
+
+fn describe_stores(config: &ServerConfig) -> String {
+    let objects = |c: &ObjectStoreConfig| match c {
+        ObjectStoreConfig::Local { .. } => "local disk".to_string(),
+        ObjectStoreConfig::S3(s3) => {
+            format!("S3 at {}", s3.endpoint.as_deref().unwrap_or("the default endpoint"))
+        }
+    };
+    let meta = match &config.metadata {
+        MetadataConfig::Embedded { .. } => "embedded (redb)",
+        MetadataConfig::Memory => "in-memory",
+        MetadataConfig::Oxia { .. } => "Oxia",
+    };
+    format!("objects: {}, metadata: {meta}", objects(&config.storage.wal))
+}
+
+/// Runs one scenario.
+pub async fn run(ctx: &BenchContext, scenario: Scenario) -> Result<ScenarioReport, BenchError> {
+    match scenario {
+        Scenario::Produce => produce(ctx).await,
+        Scenario::Consume => consume(ctx).await,
+        Scenario::Compact => compact(ctx).await,
+        Scenario::Events => crate::events::run(ctx).await,
+    }
+}
+
+/// `len` pseudo-random (incompressible) bytes from `seed` (xorshift64).
+pub fn pseudo_random(len: usize, seed: u64) -> Vec<u8> {
+    let mut state = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    let mut out = Vec::with_capacity(len + 8);
+    while out.len() < len {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        out.extend_from_slice(&state.to_le_bytes());
+    }
+    out.truncate(len);
+    out
+}
+
+/// Distinct incompressible payloads to rotate through: identical entries close together
+/// would let the Parquet codec find repeats no real stream has. At most 16 MiB in all.
+pub(crate) fn payload_pool(entry_bytes: usize) -> Arc<Vec<Bytes>> {
+    let n = ((16usize << 20) / entry_bytes.max(1)).clamp(1, 64);
+    Arc::new((0..n).map(|i| Bytes::from(pseudo_random(entry_bytes, i as u64 + 1))).collect())
+}
+
+/// What an append load did.
+pub(crate) struct Appended {
+    pub(crate) stats: OpStats,
+    /// The end offset of each log (index as in the `logs` given).
+    ends: Vec<u64>,
+    /// CPU seconds the process used during the load.
+    cpu_s: Option<f64>,
+}
+
+/// One small append per log, so that taking the leases is not measured.
+pub(crate) async fn warm_up(writer: &Writer, logs: &[LogRef]) -> Result<Vec<u64>, BenchError> {
+    let mut ends = Vec::with_capacity(logs.len());
+    for log in logs {
+        let ack = writer
+            .append(log.log_id, Bytes::from_static(b"warm-up"), 1)
+            .await
+            .map_err(err(format!("warm-up append to log {}", log.log_id)))?;
+        ends.push(ack.end_offset());
+    }
+    Ok(ends)
+}
+
+/// Drives appends over `logs` as the knobs say (closed or open loop) until the load is done.
+pub(crate) async fn append_load(
+    ctx: &BenchContext,
+    logs: &[LogRef],
+    meter: &Arc<Meter>,
+    ends: Vec<u64>,
+    load: Load,
+) -> Result<Appended, BenchError> {
+    let writer = ctx.writer()?.clone();
+    let pool = payload_pool(ctx.knobs.entry_bytes);
+    let ends: Arc<Vec<AtomicU64>> = Arc::new(ends.into_iter().map(AtomicU64::new).collect());
+    let log_ids: Arc<Vec<_>> = Arc::new(logs.iter().map(|l| l.log_id).collect());
+    let cpu_before = crate::sys::cpu_seconds();
+    let append = {
+        let ends = ends.clone();
+        move |seq: u64| {
+            let (writer, pool, ends, log_ids) = (writer.clone(), pool.clone(), ends.clone(), log_ids.clone());
+            async move {
+                let i = (seq % log_ids.len() as u64) as usize;
+                let payload = pool[(seq % pool.len() as u64) as usize].clone();
+                let n = payload.len() as u64;
+                let ack = writer
+                    .append(log_ids[i], payload, 1)
+                    .await
+                    .map_err(err(format!("append to log {}", log_ids[i])))?;
+                ends[i].fetch_max(ack.end_offset(), Ordering::Relaxed);
+                Ok::<u64, BenchError>(n)
+            }
+        }
+    };
+    let stats = if ctx.knobs.rate == 0 {
+        baseline::closed_loop(ctx.producers(), load, meter, move |_, seq| append(seq)).await?
+    } else {
+        open_loop(ctx.knobs.rate, load, meter, append).await?
+    };
+    let cpu_s = cpu_before.zip(crate::sys::cpu_seconds()).map(|(a, b)| b - a);
+    let ends = ends.iter().map(|e| e.load(Ordering::Relaxed)).collect();
+    Ok(Appended { stats, ends, cpu_s })
+}
+
+/// Starts operation `k` at `k / rate` seconds whatever the earlier ones are doing, and
+/// times it from that scheduled start.
+async fn open_loop<F, Fut>(rate: u64, load: Load, meter: &Arc<Meter>, op: F) -> Result<OpStats, BenchError>
+where
+    F: Fn(u64) -> Fut,
+    Fut: std::future::Future<Output = Result<u64, BenchError>> + Send + 'static,
+{
+    let interval = Duration::from_secs_f64(1.0 / rate as f64);
+    let started = tokio::time::Instant::now();
+    let latency = Arc::new(Mutex::new(Histogram::new()));
+    let mut tasks = tokio::task::JoinSet::new();
+    let mut issued = 0u64;
+    let mut out = OpStats::default();
+    let reap = |r: Result<Result<u64, BenchError>, tokio::task::JoinError>, out: &mut OpStats| match r {
+        Ok(Ok(bytes)) => {
+            out.ops += 1;
+            out.bytes += bytes;
+            Ok(())
+        }
+        Ok(Err(e)) => Err(e),
+        Err(e) => Err(BenchError::Operation { what: "a load task".into(), message: e.to_string() }),
+    };
+    loop {
+        let now = tokio::time::Instant::now();
+        let elapsed = now.duration_since(started);
+        let (due, done) = match load {
+            Load::Time(d) => ((elapsed.as_secs_f64() * rate as f64) as u64 + 1, elapsed >= d),
+            Load::Ops(n) => (((elapsed.as_secs_f64() * rate as f64) as u64 + 1).min(n), issued >= n),
+        };
+        if done {
+            break;
+        }
+        while issued < due {
+            let scheduled = started + interval.mul_f64(issued as f64);
+            let fut = op(issued);
+            let (latency, meter) = (latency.clone(), meter.clone());
+            tasks.spawn(async move {
+                let bytes = fut.await?;
+                let took = tokio::time::Instant::now().duration_since(scheduled);
+                latency.lock().unwrap_or_else(|e| e.into_inner()).record(took);
+                meter.add(bytes);
+                Ok(bytes)
+            });
+            issued += 1;
+        }
+        while let Some(r) = tasks.try_join_next() {
+            reap(r, &mut out)?;
+        }
+        tokio::time::sleep_until(started + interval.mul_f64(issued as f64)).await;
+    }
+    while let Some(r) = tasks.join_next().await {
+        reap(r, &mut out)?;
+    }
+    out.elapsed = started.elapsed();
+    out.latency = std::mem::take(&mut *latency.lock().unwrap_or_else(|e| e.into_inner()));
+    Ok(out)
+}
+
+/// The paths of every WAL object.
+async fn wal_paths(ctx: &BenchContext) -> Result<HashSet<String>, BenchError> {
+    Ok(baseline::list(&*ctx.stack.wal, "").await?.into_iter().map(|m| m.path.to_string()).collect())
+}
+
+/// The WAL objects that are not in `before`.
+async fn new_wal_objects(
+    ctx: &BenchContext,
+    before: &HashSet<String>,
+) -> Result<Vec<ObjectMeta>, BenchError> {
+    Ok(baseline::list(&*ctx.stack.wal, "")
+        .await?
+        .into_iter()
+        .filter(|m| !before.contains(&m.path.to_string()))
+        .collect())
+}
+
+pub(crate) fn mib(bytes: u64) -> f64 {
+    bytes as f64 / f64::from(1u32 << 20)
+}
+
+pub(crate) fn figure(name: &str, value: f64, unit: &str) -> Figure {
+    Figure { name: name.into(), value, unit: unit.into() }
+}
+
+/// RSS against the bound of issue #12: in-flight bytes + `extra` (a cache the scenario
+/// configured) + 256 MiB.
+pub(crate) fn rss_target(report: &mut ScenarioReport, peak: Option<u64>, extra: u64, what: &str) {
+    let limit = report.in_flight_bytes as u64 + extra + (256 << 20);
+    match peak {
+        Some(p) => {
+            report.figures.push(figure("peak RSS (process)", mib(p), "MiB"));
+            report.targets.push(Target::at_most(
+                &format!("peak RSS ≤ in-flight{what} + 256 MiB"),
+                mib(p),
+                mib(limit),
+                "MiB",
+            ));
+        }
+        None => report
+            .notes
+            .push("RSS is not available on this platform; the memory target is not checked.".into()),
+    }
+}
+
+async fn produce(ctx: &BenchContext) -> Result<ScenarioReport, BenchError> {
+    let logs = ctx.create_stream(Scenario::Produce).await?;
+    let ends = warm_up(ctx.writer()?, &logs).await?;
+    let before = wal_paths(ctx).await?;
+    let meter = Meter::new();
+    let sampler = ctx.sampler(&meter, "produce", ctx.goal());
+    let appended = append_load(ctx, &logs, &meter, ends, ctx.load()).await;
+    let sampled = sampler.stop().await;
+    let appended = appended?;
+    let written = new_wal_objects(ctx, &before).await?;
+    let wal_bytes: u64 = written.iter().map(|m| m.size).sum();
+    let mean_object = (wal_bytes / (written.len() as u64).max(1)).max(1);
+
+    let uploads = ctx.config.writer.max_concurrent_uploads.max(1);
+    let quiet = Meter::new();
+    let bl = ctx.baseline_load(written.len() as u64);
+    let put_sampler = ctx.sampler(&quiet, "produce: raw PUT", goal_of(bl));
+    let put = baseline::raw_puts(
+        ctx.stack.wal.clone(),
+        ctx.baseline_prefix(),
+        mean_object as usize,
+        uploads,
+        bl,
+        &quiet,
+    )
+    .await;
+    put_sampler.stop().await;
+    let put = put?;
+    baseline::remove_prefix(&*ctx.stack.wal, &ctx.baseline_prefix()).await?;
+    let seq_sampler = ctx.sampler(&quiet, "produce: sequenced put", goal_of(bl));
+    let seq = baseline::raw_sequenced_puts(
+        ctx.stack.meta.clone(),
+        format!("{}-produce", ctx.run_id),
+        logs.len(),
+        128,
+        ctx.knobs.entry_bytes as u64,
+        bl,
+        &quiet,
+    )
+    .await;
+    seq_sampler.stop().await;
+    let seq = seq?;
+    baseline::remove_sequences(&*ctx.stack.meta, &format!("{}-produce", ctx.run_id), logs.len()).await?;
+
+    let s = &appended.stats;
+    let mut r = ctx.report(Scenario::Produce);
+    r.figures = vec![
+        figure("acknowledged", s.mb_s(), "MB/s"),
+        figure("acknowledged entries", s.ops_s(), "entries/s"),
+        figure("entries", s.ops as f64, ""),
+        figure("WAL objects written", written.len() as f64, ""),
+        figure("mean WAL object", mean_object as f64 / 1024.0, "KiB"),
+        figure(
+            "PUTs per GiB acknowledged",
+            written.len() as f64 / (s.bytes as f64 / f64::from(1u32 << 30)).max(1e-9),
+            "",
+        ),
+        figure("raw PUT", put.mb_s(), "MB/s"),
+        figure("raw PUTs", put.ops_s(), "PUT/s"),
+        figure("raw sequenced puts", seq.ops_s(), "puts/s"),
+    ];
+    if let Some(cpu) = appended.cpu_s {
+        r.figures.push(figure("CPU busy during the load", cpu / s.elapsed.as_secs_f64().max(1e-9), "cores"));
+    }
+    r.latencies = vec![
+        Latency::of("append acknowledgement", &s.latency),
+        Latency::of(&format!("raw PUT of {} KiB", mean_object / 1024), &put.latency),
+        Latency::of("raw sequenced put", &seq.latency),
+    ];
+    r.ratios = vec![Ratio::new(
+        "acknowledged vs raw PUT (same object size and concurrency)",
+        s.mb_s(),
+        put.mb_s(),
+        "MB/s",
+    )];
+    r.samples = sampled.samples;
+    r.targets.push(Target::at_least(
+        "acknowledged MB/s ≥ 0.8 × raw PUT MB/s",
+        crate::report::ratio(s.mb_s(), put.mb_s()).unwrap_or(0.0),
+        0.8,
+        "×",
+    ));
+    let bound = r.flush_window_ms as f64 + put.latency.summary().p99_ms + seq.latency.summary().p99_ms + 10.0;
+    r.targets.push(Target::at_most(
+        "ack p99 ≤ flush window + raw PUT p99 + sequenced put p99 + 10 ms",
+        s.latency.summary().p99_ms,
+        bound,
+        "ms",
+    ));
+    rss_target(&mut r, sampled.peak_rss, 0, "");
+    r.notes.push(format!(
+        "Raw PUTs: {uploads} concurrent (the writer's max_concurrent_uploads) of the writer's mean object size; \
+         sequenced puts: one sequence per log ({} concurrent), 128-byte values like an index record.",
+        logs.len()
+    ));
+    if ctx.knobs.rate > 0 {
+        r.notes.push("Open loop: each acknowledgement is timed from the entry's scheduled start.".into());
+    }
+    Ok(r)
+}
+
+fn goal_of(load: Load) -> Goal {
+    match load {
+        Load::Ops(n) => Goal::Ops(n),
+        Load::Time(d) => Goal::Time(d),
+    }
+}
+
+/// Writes the data set of `consume` and `compact` (not measured; a progress bar shows it).
+async fn write_data_set(
+    ctx: &BenchContext,
+    scenario: Scenario,
+) -> Result<(Vec<LogRef>, Appended, Vec<ObjectMeta>), BenchError> {
+    let logs = ctx.create_stream(scenario).await?;
+    let ends = warm_up(ctx.writer()?, &logs).await?;
+    let before = wal_paths(ctx).await?;
+    let meter = Meter::new();
+    let load = ctx.data_load();
+    let sampler = ctx.sampler(&meter, &format!("{}: write data", scenario.name()), goal_of(load));
+    let appended = append_load(ctx, &logs, &meter, ends, load).await;
+    sampler.stop().await;
+    let appended = appended?;
+    let written = new_wal_objects(ctx, &before).await?;
+    Ok((logs, appended, written))
+}
+
+/// Reads every log from 0 to its end, one task per log; counts payload bytes per read.
+async fn read_all(
+    reader: &Reader,
+    logs: &[LogRef],
+    ends: &[u64],
+    meter: &Arc<Meter>,
+) -> Result<OpStats, BenchError> {
+    let started = Instant::now();
+    let per_log = logs.iter().zip(ends).map(|(log, &end)| {
+        let meter = meter.clone();
+        async move {
+            let mut latency = Histogram::new();
+            let (mut next, mut bytes, mut reads) = (0u64, 0u64, 0u64);
+            while next < end {
+                let t = Instant::now();
+                let batch = reader
+                    .read(log, next, 8 << 20, Duration::ZERO)
+                    .await
+                    .map_err(err(format!("read of log {} at {next}", log.log_id)))?;
+                latency.record(t.elapsed());
+                if batch.entries.is_empty() || batch.next_offset <= next {
+                    return Err(BenchError::Operation {
+                        what: format!("read of log {} at {next}", log.log_id),
+                        message: format!("no progress before the end offset {end}"),
+                    });
+                }
+                let n: u64 = batch.entries.iter().map(|e| e.payload.len() as u64).sum();
+                meter.add(n);
+                bytes += n;
+                reads += 1;
+                next = batch.next_offset;
+            }
+            Ok::<_, BenchError>((latency, bytes, reads))
+        }
+    });
+    let mut out = OpStats::default();
+    for r in futures::future::join_all(per_log).await {
+        let (latency, bytes, reads) = r?;
+        out.latency.merge(&latency);
+        out.bytes += bytes;
+        out.ops += reads;
+    }
+    out.elapsed = started.elapsed();
+    Ok(out)
+}
+
+async fn consume(ctx: &BenchContext) -> Result<ScenarioReport, BenchError> {
+    let (logs, appended, written) = write_data_set(ctx, Scenario::Consume).await?;
+    let wal_bytes: u64 = written.iter().map(|m| m.size).sum();
+    let quiet = Meter::new();
+    let get_sampler = ctx.sampler(&quiet, "consume: raw GET", Goal::Ops(written.len() as u64));
+    let paths = written.iter().map(|m| m.path.clone()).collect();
+    let get = baseline::raw_gets(ctx.stack.wal.clone(), paths, logs.len(), &quiet).await;
+    get_sampler.stop().await;
+    let get = get?;
+
+    let deps = ReaderDeps {
+        meta: ctx.stack.meta.clone(),
+        wal: ctx.stack.wal.clone(),
+        compacted: ctx.stack.compacted.clone(),
+    };
+    let payload = appended.stats.bytes;
+    // Cold: a reader that has seen nothing.
+    let cold_reader =
+        Reader::new(ctx.config.reader.clone(), deps.clone()).map_err(err("reader configuration"))?;
+    let meter = Meter::new();
+    let sampler = ctx.sampler(&meter, "consume: cold", Goal::Bytes(payload));
+    let cold = read_all(&cold_reader, &logs, &appended.ends, &meter).await;
+    let cold_sampled = sampler.stop().await;
+    let cold = cold?;
+    drop(cold_reader);
+
+    // Cached: a reader whose object cache holds the whole data set, warmed by one pass.
+    let cache = ctx.config.reader.object_cache_bytes.max((wal_bytes + wal_bytes / 4) as usize + (64 << 20));
+    let cached_reader =
+        Reader::new(ReaderConfig { object_cache_bytes: cache, ..ctx.config.reader.clone() }, deps)
+            .map_err(err("reader configuration"))?;
+    read_all(&cached_reader, &logs, &appended.ends, &Meter::new()).await?;
+    let meter = Meter::new();
+    let sampler = ctx.sampler(&meter, "consume: cached", ctx.goal());
+    let cpu_before = crate::sys::cpu_seconds();
+    let started = Instant::now();
+    let mut cached = OpStats::default();
+    let passes_result: Result<u64, BenchError> = async {
+        let mut passes = 0u64;
+        loop {
+            let pass = read_all(&cached_reader, &logs, &appended.ends, &meter).await?;
+            cached.latency.merge(&pass.latency);
+            cached.bytes += pass.bytes;
+            cached.ops += pass.ops;
+            passes += 1;
+            let done = match ctx.load() {
+                Load::Ops(_) => true,
+                Load::Time(d) => started.elapsed() >= d,
+            };
+            if done {
+                return Ok(passes);
+            }
+        }
+    }
+    .await;
+    cached.elapsed = started.elapsed();
+    let cpu_s = cpu_before.zip(crate::sys::cpu_seconds()).map(|(a, b)| b - a);
+    let cached_sampled = sampler.stop().await;
+    let passes = passes_result?;
+
+    // Compare like with like: the same WAL bytes over each one's time.
+    let cold_wal_mb_s = per_second(wal_bytes as f64 / 1e6, cold.elapsed);
+    let mut r = ctx.report(Scenario::Consume);
+    r.figures = vec![
+        figure("data set", mib(payload), "MiB payload"),
+        figure("WAL objects", written.len() as f64, ""),
+        figure("WAL bytes", mib(wal_bytes), "MiB"),
+        figure("cold consume (payload)", cold.mb_s(), "MB/s"),
+        figure("cold consume (WAL bytes covered)", cold_wal_mb_s, "MB/s"),
+        figure("raw GET", get.mb_s(), "MB/s"),
+        figure("cached consume (wall)", cached.mb_s(), "MB/s"),
+        figure("cached passes", passes as f64, ""),
+        figure("reader cache", mib(cache as u64), "MiB"),
+    ];
+    let per_core = cpu_s.filter(|c| *c > 0.0).map(|c| cached.bytes as f64 / 1e6 / c);
+    if let Some(pc) = per_core {
+        r.figures.push(figure("cached consume per CPU second", pc, "MB/s per core"));
+    }
+    r.latencies = vec![
+        Latency::of("cold read (8 MiB max)", &cold.latency),
+        Latency::of("cached read (8 MiB max)", &cached.latency),
+        Latency::of("raw GET of a WAL object", &get.latency),
+    ];
+    r.ratios =
+        vec![Ratio::new("cold consume vs raw GET (same WAL bytes)", cold_wal_mb_s, get.mb_s(), "MB/s")];
+    r.samples = cold_sampled
+        .samples
+        .iter()
+        .copied()
+        .chain(
+            cached_sampled
+                .samples
+                .iter()
+                .map(|s| crate::meter::Sample { t_s: s.t_s + cold.elapsed.as_secs_f64(), ..*s }),
+        )
+        .collect();
+    r.targets.push(Target::at_least(
+        "cold consume ≥ 0.8 × raw GET MB/s",
+        crate::report::ratio(cold_wal_mb_s, get.mb_s()).unwrap_or(0.0),
+        0.8,
+        "×",
+    ));
+    match per_core {
+        Some(pc) => r.targets.push(Target::at_least("cached consume ≥ 1 GB/s per core", pc, 1000.0, "MB/s")),
+        None => r.notes.push("CPU time is not available; the per-core target is not checked.".into()),
+    }
+    let peak = cold_sampled.peak_rss.max(cached_sampled.peak_rss);
+    rss_target(&mut r, peak, cache as u64, " + reader cache");
+    r.notes.push(format!(
+        "Raw GETs: each WAL object of the data set once, {} concurrent (one per log, as the consume reads). \
+         The time series shows the cold pass, then the cached passes.",
+        logs.len()
+    ));
+    Ok(r)
+}
+
+async fn compact(ctx: &BenchContext) -> Result<ScenarioReport, BenchError> {
+    let (logs, appended, written) = write_data_set(ctx, Scenario::Compact).await?;
+    let wal_bytes: u64 = written.iter().map(|m| m.size).sum();
+    let quiet = Meter::new();
+    let copy_sampler = ctx.sampler(&quiet, "compact: raw copy", Goal::Ops(written.len() as u64));
+    let paths = written.iter().map(|m| m.path.clone()).collect();
+    let copy = baseline::raw_copies(
+        ctx.stack.wal.clone(),
+        ctx.stack.compacted.clone(),
+        paths,
+        ctx.baseline_prefix(),
+        &quiet,
+    )
+    .await;
+    copy_sampler.stop().await;
+    let copy = copy?;
+    baseline::remove_prefix(&*ctx.stack.compacted, &ctx.baseline_prefix()).await?;
+
+    // Ranges close at once, so that everything just written is compacted in this run.
+    let config = CompactorConfig { max_range_age: Duration::ZERO, ..ctx.config.compactor.clone() };
+    let clock: Arc<dyn Clock> = Arc::new(SystemClock);
+    let compactor = Compactor::new(
+        config,
+        CompactorDeps {
+            meta: ctx.stack.meta.clone(),
+            wal: ctx.stack.wal.clone(),
+            compacted: ctx.stack.compacted.clone(),
+            clock,
+            tokens: Arc::new(RandomTokens),
+        },
+    )
+    .map_err(err("compactor"))?;
+    let meter = Meter::new();
+    let range_latency = Mutex::new(Histogram::new());
+    let range_started: Mutex<HashMap<(u64, u64), Instant>> = Mutex::new(HashMap::new());
+    let progress = |p: &Progress| match p {
+        Progress::RangeStarted { log_id, start, .. } => {
+            range_started
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .insert((log_id.0, *start), Instant::now());
+        }
+        Progress::RangeCompacted(range) => {
+            meter.add(range.payload_bytes);
+            if let Some(t) =
+                range_started.lock().unwrap_or_else(|e| e.into_inner()).remove(&(range.log_id.0, range.start))
+            {
+                range_latency.lock().unwrap_or_else(|e| e.into_inner()).record(t.elapsed());
+            }
+        }
+        _ => {}
+    };
+    let sampler = ctx.sampler(&meter, "compact", Goal::Bytes(appended.stats.bytes));
+    let cpu_before = crate::sys::cpu_seconds();
+    let started = Instant::now();
+    let (mut ranges, mut files, mut payload, mut written_bytes) = (0usize, 0usize, 0u64, 0u64);
+    let mut failure = None;
+    // One pass compacts what is closed; repeat until a pass finds nothing left.
+    for _ in 0..100 {
+        let pass = compactor.compact_once(&logs, &progress).await;
+        if let Some((log, e)) = pass.failed.first() {
+            failure =
+                Some(BenchError::Operation { what: format!("compaction of log {log}"), message: e.clone() });
+            break;
+        }
+        if pass.ranges.is_empty() {
+            break;
+        }
+        ranges += pass.ranges.len();
+        files += pass.ranges.iter().map(|r| r.files).sum::<usize>();
+        payload += pass.payload_bytes;
+        written_bytes += pass.bytes_written;
+    }
+    let elapsed = started.elapsed();
+    let cpu_s = cpu_before.zip(crate::sys::cpu_seconds()).map(|(a, b)| b - a);
+    let sampled = sampler.stop().await;
+    if let Some(e) = failure {
+        return Err(e);
+    }
+    if ranges == 0 {
+        return Err(BenchError::Operation {
+            what: "compaction".into(),
+            message: "no range was compacted".into(),
+        });
+    }
+
+    let compact_mb_s = per_second(wal_bytes as f64 / 1e6, elapsed);
+    let range_latency = range_latency.into_inner().unwrap_or_else(|e| e.into_inner());
+    let mut r = ctx.report(Scenario::Compact);
+    r.figures = vec![
+        figure("WAL bytes", mib(wal_bytes), "MiB"),
+        figure("payload compacted", mib(payload), "MiB"),
+        figure("ranges", ranges as f64, ""),
+        figure("Parquet files", files as f64, ""),
+        figure("bytes written", mib(written_bytes), "MiB"),
+        figure("compaction (WAL bytes covered)", compact_mb_s, "MB/s"),
+        figure("compaction (payload)", per_second(payload as f64 / 1e6, elapsed), "MB/s"),
+        figure("raw read + write copy", copy.mb_s(), "MB/s"),
+    ];
+    if let Some(cpu) = cpu_s.filter(|c| *c > 0.0) {
+        r.figures.push(figure(
+            "compaction per CPU second (WAL bytes)",
+            wal_bytes as f64 / 1e6 / cpu,
+            "MB/s per core",
+        ));
+    }
+    r.latencies = vec![
+        Latency::of("range compaction (C2–C5)", &range_latency),
+        Latency::of("raw copy of a WAL object", &copy.latency),
+    ];
+    r.ratios = vec![Ratio::new(
+        "compaction vs raw read + write (same WAL bytes)",
+        compact_mb_s,
+        copy.mb_s(),
+        "MB/s",
+    )];
+    r.samples = sampled.samples;
+    r.targets.push(Target::at_least(
+        "compaction ≥ 0.7 × raw read + write MB/s",
+        crate::report::ratio(compact_mb_s, copy.mb_s()).unwrap_or(0.0),
+        0.7,
+        "×",
+    ));
+    rss_target(&mut r, sampled.peak_rss, ctx.config.compactor.max_file_bytes, " + max_file_bytes");
+    r.notes.push(format!(
+        "Codec {:?}; payloads are incompressible. The raw copy reads each WAL object whole and writes it back, one after another.",
+        ctx.config.compactor.codec
+    ));
+    Ok(r)
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+
+    pub(crate) async fn context(dir: &std::path::Path, knobs: Knobs) -> BenchContext {
+        let mut config = ServerConfig::dev(dir, "127.0.0.1:0".parse().unwrap());
+        config.metadata = MetadataConfig::Memory;
+        BenchContext::open(config, knobs, "t1", false).await.unwrap()
+    }
+
+    pub(crate) fn tiny() -> Knobs {
+        Knobs {
+            logs: 2,
+            entry_bytes: 1024,
+            flush_window_ms: Some(2),
+            in_flight_bytes: Some(256 << 10),
+            count: 200,
+            duration_s: 0.0,
+            data_mib: 0,
+            ..Knobs::default()
+        }
+    }
+
+    pub(crate) fn figure_of(r: &ScenarioReport, name: &str) -> f64 {
+        r.figures
+            .iter()
+            .find(|f| f.name == name)
+            .unwrap_or_else(|| panic!("no figure {name}: {:?}", r.figures))
+            .value
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn produce_smoke() {
+        let dir = tempfile::tempdir().unwrap();
+        let ctx = context(dir.path(), tiny()).await;
+        let r = run(&ctx, Scenario::Produce).await.unwrap();
+        assert_eq!(figure_of(&r, "entries"), 200.0);
+        assert!(figure_of(&r, "WAL objects written") >= 1.0);
+        assert_eq!(r.latencies[0].summary.count, 200);
+        assert!(r.latencies[1].summary.count >= 4 && r.latencies[2].summary.count >= 4);
+        assert!(r.ratios[0].ratio.is_some());
+        assert!(r.targets.len() >= 2, "{:?}", r.targets);
+        // The baselines cleaned up after themselves.
+        assert!(baseline::list(&*ctx.stack.wal, "bench-baseline/").await.unwrap().is_empty());
+        ctx.close().await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn produce_open_loop_smoke() {
+        let dir = tempfile::tempdir().unwrap();
+        let ctx = context(dir.path(), Knobs { rate: 2000, count: 100, ..tiny() }).await;
+        let r = run(&ctx, Scenario::Produce).await.unwrap();
+        assert_eq!(figure_of(&r, "entries"), 100.0);
+        assert_eq!(r.latencies[0].summary.count, 100);
+        assert!(r.notes.iter().any(|n| n.contains("Open loop")));
+        ctx.close().await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn consume_smoke() {
+        let dir = tempfile::tempdir().unwrap();
+        let ctx = context(dir.path(), tiny()).await;
+        let r = run(&ctx, Scenario::Consume).await.unwrap();
+        // 200 entries of 1 KiB plus one 7-byte warm-up entry per log, read back whole.
+        assert_eq!(figure_of(&r, "data set"), mib(200 * 1024));
+        assert!(figure_of(&r, "cold consume (payload)") > 0.0);
+        assert!(r.latencies.iter().all(|l| l.summary.count > 0), "{:?}", r.latencies);
+        assert!(r.targets.iter().any(|t| t.name.starts_with("cold consume")));
+        ctx.close().await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn compact_smoke() {
+        let dir = tempfile::tempdir().unwrap();
+        let ctx = context(dir.path(), tiny()).await;
+        let r = run(&ctx, Scenario::Compact).await.unwrap();
+        assert!(figure_of(&r, "ranges") >= 2.0, "{:?}", r.figures);
+        // Every entry, warm-ups included, ends up compacted.
+        assert_eq!(figure_of(&r, "payload compacted"), mib(200 * 1024 + 2 * 7));
+        assert!(r.ratios[0].ratio.is_some());
+        assert!(baseline::list(&*ctx.stack.compacted, "bench-baseline/").await.unwrap().is_empty());
+        ctx.close().await;
+    }
+
+    #[tokio::test]
+    async fn bad_knobs_and_run_ids_are_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let config = ServerConfig::dev(dir.path(), "127.0.0.1:0".parse().unwrap());
+        let e =
+            BenchContext::open(config.clone(), Knobs { logs: 0, ..tiny() }, "t", false).await.unwrap_err();
+        assert!(matches!(e, BenchError::Knob { knob: "logs", .. }), "{e}");
+        let e = BenchContext::open(config, tiny(), "a/b", false).await.unwrap_err();
+        assert!(matches!(e, BenchError::Knob { knob: "run-id", .. }), "{e}");
+    }
+
+    #[test]
+    fn payloads_are_distinct_and_sized() {
+        let pool = payload_pool(1000);
+        assert_eq!(pool.len(), 64);
+        assert!(pool.iter().all(|p| p.len() == 1000));
+        assert_ne!(pool[0], pool[1]);
+        assert_eq!(payload_pool(32 << 20).len(), 1);
+        assert_eq!(pseudo_random(13, 5), pseudo_random(13, 5));
+    }
+}
