@@ -34,6 +34,20 @@ install_s3s_fs() {
   rm -rf "$LAKESTREAM_TOOLS/.s3s-build"
 }
 
+# cargo-fuzz for fuzz/run.sh (the fuzz step of scripts/test). Reinstalled when the cached
+# binary reports another version.
+CARGO_FUZZ_VERSION=0.13.2
+CARGO_FUZZ_BIN="$LAKESTREAM_TOOLS/cargo-fuzz/bin/cargo-fuzz"
+install_cargo_fuzz() {
+  if [ -x "$CARGO_FUZZ_BIN" ] && [ "$("$CARGO_FUZZ_BIN" --version 2>/dev/null)" = "cargo-fuzz $CARGO_FUZZ_VERSION" ]; then
+    return 0
+  fi
+  log "installing cargo-fuzz $CARGO_FUZZ_VERSION (cargo install) into $LAKESTREAM_TOOLS (once)"
+  CARGO_TARGET_DIR="$LAKESTREAM_TOOLS/.cargo-fuzz-build" cargo install cargo-fuzz --version "$CARGO_FUZZ_VERSION" \
+    --locked --force --root "$LAKESTREAM_TOOLS/cargo-fuzz"
+  rm -rf "$LAKESTREAM_TOOLS/.cargo-fuzz-build"
+}
+
 # Oxia: `go install github.com/oxia-db/oxia/cmd@v0.14.4`. Returns non-zero when the Go module
 # proxy does not serve the module (see README, "What does not run yet").
 install_oxia() {
@@ -43,12 +57,27 @@ install_oxia() {
 }
 
 install_python_tools() {
-  if [ -x "$PYENV_DIR/bin/python" ] && "$PYENV_DIR/bin/python" -c 'import pyarrow, kafka' 2>/dev/null; then
+  if [ -x "$PYENV_DIR/bin/python" ] && "$PYENV_DIR/bin/python" -c 'import pyarrow, kafka, cloudevents.core' 2>/dev/null; then
     return 0
   fi
-  log "creating the Python test environment in $PYENV_DIR (pyarrow, kafka-python)"
+  log "creating the Python test environment in $PYENV_DIR (pyarrow, kafka-python, cloudevents)"
   python3 -m venv "$PYENV_DIR"
   "$PYENV_DIR/bin/pip" install --quiet --disable-pip-version-check -r "$(dirname "${BASH_SOURCE[0]}")/../tests/python/requirements.txt"
+}
+
+# The npm `cloudevents` SDK for tests/node: `npm ci` from tests/node's committed lock into a
+# cache directory outside the clone (reinstalled when the lock changes); sets NODE_CE_DIR.
+NODE_CE_DIR="$LAKESTREAM_TOOLS/node-cloudevents"
+install_node_tools() {
+  local src
+  src="$(dirname "${BASH_SOURCE[0]}")/../tests/node"
+  if [ -d "$NODE_CE_DIR/node_modules/cloudevents" ] && cmp -s "$src/package-lock.json" "$NODE_CE_DIR/package-lock.json"; then
+    return 0
+  fi
+  log "installing the npm cloudevents SDK (npm ci) into $NODE_CE_DIR"
+  mkdir -p "$NODE_CE_DIR"
+  cp "$src/package.json" "$src/package-lock.json" "$NODE_CE_DIR/"
+  (cd "$NODE_CE_DIR" && npm ci --no-audit --no-fund --silent)
 }
 
 # Starts s3s-fs over a fresh directory; exports LAKESTREAM_TEST_S3_* and sets S3_PID.

@@ -1,0 +1,137 @@
+//! The separate-process topology of `docker-compose.yml`: a writer, a reader and a compactor
+//! process sharing a real Oxia server and the S3 server. Only Oxia gives processes a shared
+//! metadata store, so this suite needs one:
+//!
+//! ```sh
+//! LAKESTREAM_TEST_OXIA_ADDR=127.0.0.1:6648 cargo test -p lakestream-e2e --test topology -- --ignored
+//! ```
+//!
+//! It checks produce (writer) → consume (reader) → compact (compactor) → consume again,
+//! identical; then runs the checker's producers while each process is killed with SIGKILL
+//! and restarted once, and verifies through the reader. Without the variable the test is
+//! ignored with that reason (never passed silently); with it set but the server unreachable,
+//! it fails. With the `testcontainers` feature, a second test starts Oxia and MinIO in Docker.
+
+mod common;
+
+use std::time::Duration;
+
+use lakestream_e2e::api::Api;
+use lakestream_e2e::checker::{self, Ledger, Load};
+use lakestream_e2e::config::{Compaction, Metadata, Roles, ServiceConfig};
+use lakestream_e2e::env::{self, S3Env};
+use lakestream_e2e::process::{CompactionLog, Service, free_port};
+use lakestream_e2e::rng::Rng;
+use tokio::sync::watch;
+
+const NS: &str = "default";
+
+async fn start(
+    role: &str,
+    roles: Roles,
+    dir: &std::path::Path,
+    oxia: &str,
+    s3: &S3Env,
+    prefix: &str,
+) -> Service {
+    let port = free_port().unwrap_or_else(|e| panic!("{e}"));
+    let mut c = ServiceConfig::all_in_one(port, dir.join("unused.redb"), s3.clone(), prefix);
+    c.roles = roles;
+    c.metadata = Metadata::Oxia { address: oxia.to_string(), namespace: "default".into() };
+    c.compaction = Compaction { max_range_age: Duration::from_secs(1), ..Compaction::frantic() };
+    Service::start(role, dir, &c).await.unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// The whole scenario against an Oxia server at `oxia` and the S3 server `s3`.
+async fn separate_processes(oxia: &str, s3: S3Env, suite: &str) {
+    let seed = common::seed(suite);
+    let mut rng = Rng::new(seed);
+    let dir = common::workdir(suite);
+    // Oxia keeps its state across runs: every run has its own S3 prefix and stream names.
+    let prefix = common::run_id(suite, seed);
+    let mut procs = [
+        start("writer", Roles::WRITER, dir.path(), oxia, &s3, &prefix).await,
+        start("reader", Roles::READER, dir.path(), oxia, &s3, &prefix).await,
+        start("compactor", Roles::COMPACTOR, dir.path(), oxia, &s3, &prefix).await,
+    ];
+    const WRITER: usize = 0;
+    const READER: usize = 1;
+    const COMPACTOR: usize = 2;
+    let w = Api::new(&procs[WRITER].url(), Duration::from_secs(10));
+    let r = Api::new(&procs[READER].url(), Duration::from_secs(30));
+
+    // produce → consume → compact → consume again.
+    let stream = format!("topology-{seed:x}");
+    let logs = w.create_stream(NS, &stream, 3).await.unwrap_or_else(|e| panic!("{e}"));
+    let acked = common::produce_varied(&w, NS, &stream, 3, &mut rng).await;
+    let before = common::read_partitions(&r, NS, &stream, 3, Duration::from_secs(30)).await;
+    assert_eq!(
+        before.values().map(Vec::len).sum::<usize>(),
+        acked,
+        "the reader process reads every acknowledged entry"
+    );
+    common::wait_compacted(&procs[COMPACTOR], &logs, &before, Duration::from_secs(90)).await;
+    let after = common::read_partitions(&r, NS, &stream, 3, Duration::from_secs(30)).await;
+    common::assert_identical(&before, &after, "after the compactor process compacted them");
+
+    // The checker under load while each process is killed once and restarted.
+    let load = Load {
+        namespace: NS.into(),
+        stream: format!("topology-checker-{seed:x}"),
+        partitions: 3,
+        producers_per_partition: 2,
+        entry_bytes: 300,
+        max_attempts: 400,
+    };
+    w.create_stream(NS, &load.stream, load.partitions).await.unwrap_or_else(|e| panic!("{e}"));
+    let ledger = Ledger::default();
+    let (stop_tx, stop) = watch::channel(false);
+    let producers = tokio::spawn(checker::produce(w.clone(), load.clone(), ledger.clone(), stop));
+    for i in [WRITER, COMPACTOR, READER, WRITER] {
+        let service = &mut procs[i];
+        tokio::time::sleep(Duration::from_millis(rng.between(1000, 3000))).await;
+        println!("{suite}: kill -9 {} (pid {:?})", service.name(), service.pid());
+        service.kill9().unwrap_or_else(|e| panic!("{e}"));
+        tokio::time::sleep(Duration::from_millis(rng.between(0, 500))).await;
+        service.restart().await.unwrap_or_else(|e| panic!("{e}"));
+    }
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let _ = stop_tx.send(true);
+    let sent = producers.await.unwrap();
+    // The verifier's reads may be slow (a WAL of many small objects): a long request timeout.
+    let verifier = Api::new(&procs[READER].url(), Duration::from_secs(120));
+    let reads =
+        common::read_partitions(&verifier, NS, &load.stream, load.partitions, Duration::from_secs(300)).await;
+    let report = checker::verify(&ledger.snapshot(), &reads);
+    println!("{suite}: {sent} entries sent; compactor {:?}", CompactionLog::of(&procs[COMPACTOR].log_text()));
+    println!("{suite}: {report:?}");
+    assert_eq!(
+        report.violations(),
+        (0, 0, 0, 0, 0, 0),
+        "(lost, misplaced, reordered, phantom, corrupt, unexplained duplicates): {report:?}"
+    );
+    assert!(report.acknowledged > 0, "nothing was acknowledged: {report:?}");
+    for s in &mut procs {
+        s.kill9().unwrap_or_else(|e| panic!("{e}"));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs a real Oxia server: set LAKESTREAM_TEST_OXIA_ADDR"]
+async fn writer_reader_and_compactor_as_separate_processes_on_oxia() {
+    let oxia = env::oxia_addr().unwrap_or_else(|| {
+        panic!("LAKESTREAM_TEST_OXIA_ADDR is not set: this test needs a real Oxia server (host:port), e.g. `docker compose up -d oxia`")
+    });
+    env::check_reachable("Oxia (LAKESTREAM_TEST_OXIA_ADDR)", &oxia, Duration::from_secs(5))
+        .unwrap_or_else(|e| panic!("{e}"));
+    separate_processes(&oxia, common::s3(), "topology").await;
+}
+
+#[cfg(feature = "testcontainers")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs Docker: cargo test -p lakestream-e2e --features testcontainers --test topology -- --ignored"]
+async fn separate_processes_on_oxia_and_minio_in_docker() {
+    let containers = lakestream_e2e::containers::Containers::start().await.unwrap_or_else(|e| panic!("{e}"));
+    println!("containers: {containers:?}");
+    separate_processes(&containers.oxia_addr, containers.s3.clone(), "topology_docker").await;
+}
