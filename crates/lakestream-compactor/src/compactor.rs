@@ -558,10 +558,16 @@ impl Compactor {
         for _ in 0..self.inner.config.install_attempts {
             let lease = self.acquire_lease(claim).await?;
             let result = async {
+                let (start, end) = (prepared.plan.start, prepared.plan.end);
                 let outcome = self.install(prepared, &lease).await?;
-                let range = PendingRetire { start: prepared.plan.start, end: prepared.plan.end };
+                // One line per step, so that an operator (or a crash test) can tell which
+                // steps of a range took effect before a failure.
+                tracing::debug!(%log_id, start, end, ?outcome, "C3 done");
+                let range = PendingRetire { start, end };
                 self.retire(log_id, range, prepared.wal_objects(), &lease).await?;
+                tracing::debug!(%log_id, start, end, "C4 done");
                 self.record_progress(log_id, prepared.plan.end, &lease).await?;
+                tracing::debug!(%log_id, cursor = end, "C5 done");
                 Ok::<_, CompactError>(outcome)
             }
             .await;
@@ -659,6 +665,7 @@ impl Compactor {
             };
             progress(&Progress::RangeStarted { log_id, start: plan.start, end: plan.end });
             let Some(prepared) = self.prepare(log, &plan).await? else { continue };
+            tracing::debug!(%log_id, start = plan.start, end = plan.end, files = prepared.files.len(), "C2 done");
             self.finish_or_keep(claim, &prepared).await?;
             let report = RangeReport::of(&prepared);
             tracing::info!(%log_id, start = plan.start, end = plan.end, files = prepared.files.len(), "compacted a range");

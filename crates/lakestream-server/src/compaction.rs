@@ -1,5 +1,6 @@
 //! The compactor role as a background loop: a compaction pass over every log of every live
-//! stream each `interval`, and a reclamation pass each `gc_interval`, until stopped. Each
+//! stream each `interval`, and a reclamation pass each `gc_interval`, until stopped; a stop
+//! abandons a running pass at once. Each
 //! pass records its progress and every log's backlog in the metrics.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -44,7 +45,16 @@ pub(crate) async fn run(
                 metrics.compaction.record_backlog(log, *b, clock.now_ms());
             }
         };
-        let report = compactor.compact_once(&logs, &record).await;
+        // A stop abandons a pass where it is: every step is safe to interrupt (a crash
+        // between any two is what the compactor is built for), and shutdown must not wait
+        // for a pass over every log. The next start picks up where this one left off.
+        let report = tokio::select! {
+            _ = stop.changed() => {
+                tracing::info!("stopping: compaction pass abandoned; the next start resumes it");
+                return;
+            }
+            report = compactor.compact_once(&logs, &record) => report,
+        };
         metrics.compaction.retain_logs(&by_id.keys().copied().collect::<BTreeSet<_>>());
         metrics.compaction.ranges.fetch_add(report.ranges.len() as u64, Ordering::Relaxed);
         metrics.compaction.payload_bytes.fetch_add(report.payload_bytes, Ordering::Relaxed);
@@ -63,7 +73,14 @@ pub(crate) async fn run(
         }
         if Instant::now() >= next_gc {
             next_gc = Instant::now() + schedule.gc_interval;
-            match compactor.gc_once(&no_progress).await {
+            let gc = tokio::select! {
+                _ = stop.changed() => {
+                    tracing::info!("stopping: reclamation pass abandoned; the next start resumes it");
+                    return;
+                }
+                gc = compactor.gc_once(&no_progress) => gc,
+            };
+            match gc {
                 Ok(gc) => {
                     if !gc.wal_deleted.is_empty() || !gc.compacted_deleted.is_empty() {
                         tracing::info!(

@@ -83,7 +83,7 @@ pub async fn serve_all(
     let app = http::router(http::AppState::with_api(api.clone(), config.http.clone()));
     let tls = config.tls.acceptor().map_err(std::io::Error::other)?;
     serve_listeners(listener, app, grpc_listener, api, &config.grpc, tls, shutdown).await;
-    // Let a running compaction pass finish its step, then stop the loop before the writer.
+    // Stop the compaction loop (a running pass is abandoned, safely) before closing the writer.
     let _ = stop.send(true);
     if let Some(task) = compaction {
         let _ = task.await;
