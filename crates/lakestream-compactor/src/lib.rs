@@ -45,4 +45,6 @@ pub use compactor::{
 };
 pub use config::{CompactorConfig, ConfigError, ParquetCodec};
 pub use error::{CompactError, CompactResult};
-pub use progress::{Backlog, CompactReport, GcReport, HardTrimReport, Progress, ProgressFn, RangeReport, no_progress};
+pub use progress::{
+    Backlog, CompactReport, GcReport, HardTrimReport, Progress, ProgressFn, RangeReport, no_progress,
+};
