@@ -5,9 +5,9 @@
 
 LAKESTREAM_TOOLS="${LAKESTREAM_TOOLS:-$HOME/.cache/lakestream/tools}"
 S3S_FS_VERSION=0.14.1
-OXIA_VERSION=v0.14.4
+OXIA_VERSION=0.17.1
 S3S_FS_BIN="$LAKESTREAM_TOOLS/s3s-fs-$S3S_FS_VERSION/bin/s3s-fs"
-OXIA_BIN="$LAKESTREAM_TOOLS/oxia-$OXIA_VERSION/cmd"
+OXIA_BIN=""
 PYENV_DIR="$LAKESTREAM_TOOLS/pyenv"
 
 log() { printf '[lakestream] %s\n' "$*" >&2; }
@@ -48,12 +48,26 @@ install_cargo_fuzz() {
   rm -rf "$LAKESTREAM_TOOLS/.cargo-fuzz-build"
 }
 
-# Oxia: `go install github.com/oxia-db/oxia/cmd@v0.14.4`. Returns non-zero when the Go module
-# proxy does not serve the module (see README, "What does not run yet").
+# Oxia v0.17.1, the real server (sets OXIA_BIN): from LAKESTREAM_OXIA_BIN if set, else built
+# once by ../shared/oxia/build.sh from the upstream source kept beside the repository (about
+# 5 minutes cold, then reused from ~/.cache/oxia). The Go module proxy does not serve Oxia's
+# modules, so there is no `go install` path.
 install_oxia() {
-  if [ -x "$OXIA_BIN" ]; then return 0; fi
-  log "installing Oxia $OXIA_VERSION from the Go module proxy into $LAKESTREAM_TOOLS (once)"
-  GOBIN="$LAKESTREAM_TOOLS/oxia-$OXIA_VERSION" go install "github.com/oxia-db/oxia/cmd@$OXIA_VERSION"
+  local build
+  build="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)/../shared/oxia/build.sh"
+  if [ -n "${LAKESTREAM_OXIA_BIN:-}" ]; then
+    OXIA_BIN=$LAKESTREAM_OXIA_BIN
+    [ -x "$OXIA_BIN" ] || { log "LAKESTREAM_OXIA_BIN=$OXIA_BIN is not an executable file"; return 1; }
+  elif [ -f "$build" ]; then
+    log "Oxia $OXIA_VERSION: building from ../shared/oxia once (about 5 minutes cold; reused after)"
+    OXIA_BIN=$(bash "$build") || { log "building Oxia with $build failed (see above)"; return 1; }
+  else
+    log "no Oxia server found. Set LAKESTREAM_OXIA_BIN to an Oxia $OXIA_VERSION binary: the container"
+    log "image oxia/oxia:$OXIA_VERSION has it at /oxia/bin/oxia, or build the upstream tag with"
+    log "  git clone --branch v$OXIA_VERSION https://github.com/oxia-db/oxia && cd oxia && go build -o oxia ./cmd"
+    return 1
+  fi
+  log "Oxia server: $OXIA_BIN"
 }
 
 install_python_tools() {
@@ -97,17 +111,20 @@ start_s3() {
   log "s3s-fs $S3S_FS_VERSION on $LAKESTREAM_TEST_S3_ENDPOINT (pid $S3_PID)"
 }
 
-# Starts `oxia standalone` with 4 shards; exports LAKESTREAM_TEST_OXIA and sets OXIA_PID.
+# Starts `oxia standalone` with 4 shards over fresh data and WAL directories under $1 (no
+# fsync: tests only); exports LAKESTREAM_TEST_OXIA and sets OXIA_PID.
 start_oxia() {
-  local dir=$1 port
+  local dir=$1 port metrics_port
   port=$(free_port)
+  metrics_port=$(free_port)
   mkdir -p "$dir/oxia"
-  "$OXIA_BIN" standalone -p "127.0.0.1:$port" -m "" -s 4 --data-dir "$dir/oxia/db" \
+  "$OXIA_BIN" standalone -p "127.0.0.1:$port" -m "127.0.0.1:$metrics_port" -s 4 --data-dir "$dir/oxia/db" \
     --wal-dir "$dir/oxia/wal" --wal-sync-data=false -j >"$dir/oxia.log" 2>&1 &
   OXIA_PID=$!
-  wait_for_port 127.0.0.1 "$port" 60 oxia || { cat "$dir/oxia.log" >&2; return 1; }
+  wait_for_port 127.0.0.1 "$port" 60 oxia || { tail -50 "$dir/oxia.log" >&2; return 1; }
   export LAKESTREAM_TEST_OXIA="127.0.0.1:$port"
-  log "oxia $OXIA_VERSION on $LAKESTREAM_TEST_OXIA (pid $OXIA_PID)"
+  export LAKESTREAM_TEST_OXIA_BIN="$OXIA_BIN"
+  log "oxia $OXIA_VERSION standalone (4 shards) on $LAKESTREAM_TEST_OXIA (pid $OXIA_PID)"
 }
 
 stop_pid() { # pid name

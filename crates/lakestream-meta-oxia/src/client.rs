@@ -6,9 +6,10 @@
 //! - **Routing.** Each call names a shard; [`OxiaClient::shard_for`] picks it from a partition
 //!   key. Calls go to the shard's leader; a leader named in a "not leader" error is used until
 //!   the next assignment arrives.
-//! - **Writes** go through one [`ShardWriter`] per shard, so they commit in issue order. A
-//!   writer whose stream broke, or whose leader moved, is replaced on the next write; writes
-//!   are never retried by the client (a retry could apply a sequenced put twice).
+//! - **Writes** go through one [`ShardWriter`] per shard for the client's life, so they commit
+//!   in the order they were issued. The writer opens its stream on the shard's current leader,
+//!   re-routes after a refusal, and reopens after a break; a write is never sent twice (a
+//!   retry could apply a sequenced put twice).
 //! - **Reads and session calls** are retried within the request timeout: after a re-route
 //!   when the shard moved, after a short pause when the server was momentarily unable.
 
@@ -16,6 +17,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
+use futures::future::BoxFuture;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
@@ -33,7 +35,7 @@ use crate::proto::oxia::{
 };
 use crate::routing::{ShardId, ShardMap};
 use crate::rpc::{Method, Rpc, channel};
-use crate::write_stream::{ShardWriter, WriteFailure, WriteReply};
+use crate::write_stream::{Opener, ShardWriter, StreamChannels, WriteReply, open_grpc_stream};
 
 /// How many times a read or session call is tried before its error is returned.
 const MAX_ATTEMPTS: u32 = 5;
@@ -231,48 +233,44 @@ impl OxiaClient {
         }
     }
 
-    /// The writer of `shard`, replacing one that broke or whose leader moved.
-    fn writer(&self, shard: ShardId) -> Result<Arc<ShardWriter>, OxiaError> {
-        let leader = self.leader_of(shard)?;
+    /// The writer of `shard`: one per shard for the client's life, so that every write to
+    /// the shard is ordered behind the earlier ones. It follows the shard's leader itself.
+    fn writer(&self, shard: ShardId) -> Arc<ShardWriter> {
         let mut writers = lock(&self.inner.writers);
-        if let Some(writer) = writers.get(&shard)
-            && !writer.is_closed()
-            && writer.leader() == leader
-        {
-            return Ok(Arc::clone(writer));
-        }
-        let rpc = self.rpc_for(&leader)?;
-        let config = &self.inner.config;
-        let writer = Arc::new(ShardWriter::spawn(
-            shard,
-            leader,
-            rpc,
-            config.namespace.clone(),
-            config.max_pending_writes_per_shard,
-        ));
-        writers.insert(shard, Arc::clone(&writer));
-        Ok(writer)
+        let writer = writers.entry(shard).or_insert_with(|| {
+            let opener = Arc::new(ShardOpener { client: Arc::downgrade(&self.inner), shard });
+            let config = &self.inner.config;
+            Arc::new(ShardWriter::spawn(
+                shard,
+                opener,
+                config.max_pending_writes_per_shard,
+                config.request_timeout,
+            ))
+        });
+        Arc::clone(writer)
     }
 
-    /// Sends `request` on the ordered write stream of `shard` and waits for its response.
-    /// Writes issued by one task to one shard commit in the order they were issued. Never
-    /// retried: a failure after sending is [`WriteFailure::InFlight`] (outcome unknown).
-    pub async fn write(&self, shard: ShardId, request: WriteRequest) -> WriteReply {
-        let writer = self.writer(shard).map_err(WriteFailure::NotSent)?;
-        let reply = writer.write(request, self.inner.config.request_timeout).await;
-        if let Err(failure) = &reply
-            && let RetryAdvice::Reroute { leader_hint } = failure.error().retry_advice()
-        {
-            // The next write goes to the new leader; this one is not retried.
-            let deadline = Instant::now();
-            self.reroute(shard, leader_hint, deadline).await;
-        }
-        reply
+    /// Queues `request` on the ordered write stream of `shard` now, behind every write issued
+    /// before, and returns the future of its response. Writes commit in the order of these
+    /// calls. Never retried once sent: a failure after sending is [`WriteFailure::InFlight`]
+    /// (outcome unknown); a write withdrawn unsent (timeout, dropped future) is
+    /// [`WriteFailure::NotSent`].
+    pub fn write(
+        &self,
+        shard: ShardId,
+        request: WriteRequest,
+    ) -> impl Future<Output = WriteReply> + Send + use<> {
+        self.writer(shard).write(request, self.inner.config.request_timeout)
     }
 
     /// A write whose failure is reported as a store error.
-    pub async fn write_or_error(&self, shard: ShardId, request: WriteRequest) -> MetaResult<WriteResponse> {
-        self.write(shard, request).await.map_err(|failure| failure.to_meta_error())
+    pub fn write_or_error(
+        &self,
+        shard: ShardId,
+        request: WriteRequest,
+    ) -> impl Future<Output = MetaResult<WriteResponse>> + Send + use<> {
+        let reply = self.write(shard, request);
+        async move { reply.await.map_err(|failure| failure.to_meta_error()) }
     }
 
     /// `Read`: the responses to the request's gets, in request order, from every stream
@@ -399,6 +397,44 @@ impl OxiaClient {
     }
 }
 
+/// Opens a shard's write streams on its current leader, for that shard's [`ShardWriter`].
+/// Holds the client weakly: the writers live inside it.
+struct ShardOpener {
+    client: std::sync::Weak<Inner>,
+    shard: ShardId,
+}
+
+impl ShardOpener {
+    fn client(&self) -> Result<OxiaClient, OxiaError> {
+        self.client
+            .upgrade()
+            .map(|inner| OxiaClient { inner })
+            .ok_or_else(|| OxiaError::new(OxiaErrorKind::ConnectFailed, "the Oxia client was dropped"))
+    }
+}
+
+impl Opener for ShardOpener {
+    fn open(&self) -> BoxFuture<'_, Result<StreamChannels, OxiaError>> {
+        Box::pin(async move {
+            let client = self.client()?;
+            let leader = client.leader_of(self.shard)?;
+            let rpc = client.rpc_for(&leader)?;
+            let config = client.config();
+            let (namespace, max_pending) = (config.namespace.clone(), config.max_pending_writes_per_shard);
+            drop(client);
+            open_grpc_stream(rpc, leader, self.shard, namespace, max_pending).await
+        })
+    }
+
+    fn reroute(&self, leader_hint: Option<String>) -> BoxFuture<'_, ()> {
+        Box::pin(async move {
+            if let Ok(client) = self.client() {
+                client.reroute(self.shard, leader_hint, Instant::now() + MAX_BACKOFF).await;
+            }
+        })
+    }
+}
+
 /// Keeps the shard map current: follows a `GetShardAssignments` stream, reconnecting through
 /// the bootstrap addresses in turn. Ends when the client is gone.
 async fn follow_assignments(config: OxiaConfig, map_tx: watch::Sender<Option<MapState>>) {
@@ -448,6 +484,7 @@ mod tests {
 
     use super::*;
     use crate::requests::{put_request, write_put};
+    use crate::write_stream::WriteFailure;
 
     fn client_with_map(map: ShardMap) -> (OxiaClient, watch::Sender<Option<MapState>>) {
         OxiaClient::with_fixed_map(map)
@@ -465,18 +502,16 @@ mod tests {
         assert_eq!(client.shard_for("42"), Ok(3));
     }
 
+    /// One writer per shard for the client's life: every write to a shard is ordered behind
+    /// the earlier ones, across leader moves too (the writer follows the leader).
     #[tokio::test]
-    async fn a_writer_is_kept_until_its_leader_moves() {
+    async fn one_writer_per_shard_for_the_clients_life() {
         let (client, map_tx) = client_with_map(ShardMap::standalone(2, "127.0.0.1:1").expect("valid"));
-        let first = client.writer(0).expect("writer");
-        let again = client.writer(0).expect("writer");
-        assert!(Arc::ptr_eq(&first, &again), "one ordered stream per shard");
-        assert!(!Arc::ptr_eq(&first, &client.writer(1).expect("writer")));
-
+        let first = client.writer(0);
+        assert!(Arc::ptr_eq(&first, &client.writer(0)), "one ordered stream per shard");
+        assert!(!Arc::ptr_eq(&first, &client.writer(1)));
         publish(&map_tx, ShardMap::standalone(2, "127.0.0.1:2").expect("valid"), 2);
-        let moved = client.writer(0).expect("writer");
-        assert!(!Arc::ptr_eq(&first, &moved), "re-routed after the leader changed");
-        assert_eq!(moved.leader(), "127.0.0.1:2");
+        assert!(Arc::ptr_eq(&first, &client.writer(0)), "kept across a leader move");
     }
 
     #[tokio::test]
@@ -485,7 +520,6 @@ mod tests {
         client.reroute(1, Some("10.0.0.9:6648".to_owned()), Instant::now()).await;
         assert_eq!(client.leader_of(1).expect("routed"), "10.0.0.9:6648");
         assert_eq!(client.leader_of(0).expect("routed"), "127.0.0.1:1");
-        assert_eq!(client.writer(1).expect("writer").leader(), "10.0.0.9:6648");
 
         publish(&map_tx, ShardMap::standalone(2, "127.0.0.1:3").expect("valid"), 2);
         assert_eq!(client.leader_of(1).expect("routed"), "127.0.0.1:3");
@@ -518,7 +552,6 @@ mod tests {
         let failure = client.write(0, write_put(0, put)).await.expect_err("nothing listens on port 1");
         assert!(matches!(failure, WriteFailure::NotSent(_)), "{failure:?}");
         assert_eq!(failure.to_meta_error().class(), ErrorClass::Retryable);
-        assert!(client.writer(0).is_ok(), "a new writer replaces the broken one");
     }
 
     #[tokio::test]

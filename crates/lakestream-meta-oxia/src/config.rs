@@ -3,11 +3,15 @@
 
 use std::time::Duration;
 
-/// The gRPC service every Oxia server answers (a compatibility alias from v0.15 on).
-pub const DEFAULT_SERVICE_NAME: &str = "io.streamnative.oxia.proto.OxiaClient";
-
-/// The service name of v0.15+ servers, for when the old alias is removed.
+/// The service name of v0.15+ servers, and the client's default.
 pub const V1_SERVICE_NAME: &str = "io.oxia.proto.v1.OxiaClient";
+
+/// The service name of servers before v0.15, which v0.15+ servers still answer as an alias.
+pub const LEGACY_SERVICE_NAME: &str = "io.streamnative.oxia.proto.OxiaClient";
+
+/// The service name the client uses unless configured otherwise: [`V1_SERVICE_NAME`].
+/// Set [`LEGACY_SERVICE_NAME`] to talk to a server older than v0.15.
+pub const DEFAULT_SERVICE_NAME: &str = V1_SERVICE_NAME;
 
 /// The shortest session timeout an Oxia server accepts (oxia.md §10).
 pub const MIN_SESSION_TIMEOUT: Duration = Duration::from_secs(2);
@@ -28,8 +32,8 @@ pub struct OxiaConfig {
     /// The Oxia namespace. Default `"default"` (the only namespace of `oxia standalone`).
     pub namespace: String,
     /// The gRPC service name; the HTTP/2 path is `/{service_name}/{method}`.
-    /// Default [`DEFAULT_SERVICE_NAME`], which every server version answers; switch to
-    /// [`V1_SERVICE_NAME`] once the old alias is gone.
+    /// Default [`V1_SERVICE_NAME`] (servers v0.15 and later); [`LEGACY_SERVICE_NAME`] for
+    /// older servers (v0.15+ answer both).
     pub service_name: String,
     /// The timeout of sessions the store opens when the caller does not give one, between
     /// 2 s and 5 min. Default 15 s (Oxia's Go client). Longer: fewer keep-alives but a lost
@@ -248,8 +252,9 @@ mod tests {
     }
 
     #[test]
-    fn the_v1_service_name_is_a_config_change() {
-        let config = OxiaConfig { service_name: V1_SERVICE_NAME.to_owned(), ..valid() };
+    fn the_legacy_service_name_is_a_config_change() {
+        assert_eq!(valid().service_name, V1_SERVICE_NAME);
+        let config = OxiaConfig { service_name: LEGACY_SERVICE_NAME.to_owned(), ..valid() };
         assert_eq!(config.validate(), Ok(()));
     }
 

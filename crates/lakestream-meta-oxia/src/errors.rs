@@ -232,13 +232,23 @@ fn decode_details(bytes: &[u8]) -> Details {
 impl OxiaError {
     /// Classifies a status from any server version. A status caused by a failure to connect
     /// (tonic's `ConnectError` in its source chain) is [`OxiaErrorKind::ConnectFailed`].
+    ///
+    /// A status with a source error was made by the client's own transport (HTTP/2 or
+    /// connection failures, e.g. a `GOAWAY`), never sent by a server: it is
+    /// [`OxiaErrorKind::Transport`], so reads retry on a fresh connection instead of failing.
     pub fn from_status(status: &tonic::Status) -> Self {
-        let mut source: Option<&(dyn std::error::Error + 'static)> = std::error::Error::source(status);
+        let first: Option<&(dyn std::error::Error + 'static)> = std::error::Error::source(status);
+        let mut source = first;
         while let Some(error) = source {
             if error.downcast_ref::<tonic::ConnectError>().is_some() {
                 return Self::new(OxiaErrorKind::ConnectFailed, status.message());
             }
             source = error.source();
+        }
+        if let Some(cause) = first
+            && matches!(status.code(), Code::Unknown | Code::Internal | Code::Unavailable | Code::Cancelled)
+        {
+            return Self::new(OxiaErrorKind::Transport, format!("{}: {cause}", status.message()));
         }
         Self::classify(status.code(), status.message(), status.details())
     }

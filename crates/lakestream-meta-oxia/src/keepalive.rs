@@ -2,7 +2,10 @@
 //! milliseconds from the caller's [`lakestream_format::Clock`].
 //!
 //! The server expires a session when no heartbeat arrives within its timeout. The client
-//! sends one every `max(timeout / 10, 2 s)` (as Oxia's Go client does) and considers the
+//! sends one every `min(max(timeout / 10, 2 s), timeout / 3)`: Oxia's Go client uses
+//! `max(timeout / 10, 2 s)`, which for the shortest timeout Oxia accepts (2 s) is the timeout
+//! itself, so one late heartbeat would lose the session; at most a third of the timeout
+//! leaves room for two heartbeats to fail. The client considers the
 //! session ended when the server says the session is unknown, or when no keep-alive has
 //! succeeded for longer than the timeout: by then the server has expired it, or is about to,
 //! and the holder must stop relying on its ephemeral records.
@@ -12,9 +15,10 @@ use std::time::Duration;
 /// The floor of the keep-alive interval.
 pub const MIN_KEEPALIVE_INTERVAL: Duration = Duration::from_secs(2);
 
-/// How often to send `KeepAlive` for a session with this timeout: `max(timeout / 10, 2 s)`.
+/// How often to send `KeepAlive` for a session with this timeout:
+/// `min(max(timeout / 10, 2 s), timeout / 3)`.
 pub fn keepalive_interval(session_timeout: Duration) -> Duration {
-    (session_timeout / 10).max(MIN_KEEPALIVE_INTERVAL)
+    (session_timeout / 10).max(MIN_KEEPALIVE_INTERVAL).min(session_timeout / 3)
 }
 
 /// The result of one keep-alive attempt, as the liveness tracker sees it.
@@ -78,11 +82,14 @@ impl SessionLiveness {
 mod tests {
     use super::*;
 
-    /// oxia.md §10: KeepAlive every max(timeout / 10, 2 s).
+    /// oxia.md §10: KeepAlive every max(timeout / 10, 2 s), but never less often than three
+    /// times per timeout.
     #[test]
-    fn interval_is_a_tenth_of_the_timeout_but_at_least_two_seconds() {
+    fn interval_is_a_tenth_of_the_timeout_at_least_two_seconds_at_most_a_third() {
         assert_eq!(keepalive_interval(Duration::from_secs(15)), Duration::from_secs(2));
-        assert_eq!(keepalive_interval(Duration::from_secs(2)), Duration::from_secs(2));
+        assert_eq!(keepalive_interval(Duration::from_secs(2)), Duration::from_secs(2) / 3);
+        assert_eq!(keepalive_interval(Duration::from_secs(5)), Duration::from_secs(5) / 3);
+        assert_eq!(keepalive_interval(Duration::from_secs(6)), Duration::from_secs(2));
         assert_eq!(keepalive_interval(Duration::from_secs(20)), Duration::from_secs(2));
         assert_eq!(keepalive_interval(Duration::from_secs(30)), Duration::from_secs(3));
         assert_eq!(keepalive_interval(Duration::from_secs(300)), Duration::from_secs(30));

@@ -28,11 +28,11 @@
 //! |---|---|---|
 //! | settings | [`OxiaConfig`] with defaults; [`OxiaConfig::validate`] names the bad field | [`config`] |
 //! | messages | `proto/oxia/*.proto`, compiled by protox + tonic-prost-build (no `protoc`) | [`proto`] |
-//! | service name | the HTTP/2 path is built from the configured name, so `io.oxia.proto.v1.OxiaClient` is a config change | [`rpc`] |
+//! | service name | the HTTP/2 path is built from the configured name: `io.oxia.proto.v1.OxiaClient` by default, the pre-0.15 `io.streamnative.oxia.proto.OxiaClient` as a config change | [`rpc`] |
 //! | routing | low 32 bits of XXH3-64 of the partition key, shard map from the `GetShardAssignments` stream | [`routing`] |
-//! | writes | one ordered, pipelined `WriteStream` per shard: one writer's writes commit in issue order | [`write_stream`] |
+//! | writes | one ordered, pipelined `WriteStream` per shard, confirmed by a handshake before any write is sent: writes commit in the order they were issued | [`write_stream`] |
 //! | requests | the spec's primitives as Oxia requests; sequenced puts validated before sending | [`requests`], [`responses`] |
-//! | sessions | one Oxia session per shard, created lazily, kept alive every `max(timeout/10, 2 s)`; expiry ends the session | [`session`], [`keepalive`] |
+//! | sessions | one Oxia session per shard, created lazily, kept alive every `min(max(timeout/10, 2 s), timeout/3)`; expiry ends the session | [`session`], [`keepalive`] |
 //! | errors | custom codes 100–112 (≤ v0.16) and `ErrorInfo` reasons (v0.17+) mapped to [`MetaError`](lakestream_meta::MetaError) classes | [`errors`] |
 //!
 //! ## Failure semantics
@@ -40,8 +40,10 @@
 //! - A write that was sent on a stream that then broke, or that got no answer within the
 //!   request timeout, fails with `MetaError::OutcomeUnknown`: it may have committed. The
 //!   client never retries writes (a retried sequenced put could append twice).
-//! - A write that never left the client (no connection, no route) fails with
-//!   `MetaError::Unavailable` and may be retried.
+//! - A write that never left the client (no connection, no route, a stream the server
+//!   refused, withdrawn at its timeout while still queued) fails with
+//!   `MetaError::Unavailable` and may be retried. Writes still queued when a stream is
+//!   refused or breaks are sent, in order, on the next stream.
 //! - Reads and session calls are retried within the request timeout, re-routing on "not
 //!   leader" (following the server's leader hint when it gives one).
 //! - A malformed sequenced put (no partition key, an expected version, a first delta of 0)
@@ -51,9 +53,9 @@
 //! ## Testing against a real server
 //!
 //! The tests in `tests/oxia_server.rs` run the `lakestream-meta` conformance suite and
-//! client-specific checks against a real Oxia server. They are `#[ignore]`d; set
-//! `LAKESTREAM_TEST_OXIA=host:port` (an `oxia standalone --shards 4`, e.g. from
-//! `docker compose up oxia`) and run `cargo test -p lakestream-meta-oxia -- --ignored`.
+//! client-specific checks against a real Oxia server, which `scripts/test` starts (`oxia
+//! standalone --shards 4`, see `scripts/servers.sh`). Elsewhere set
+//! `LAKESTREAM_TEST_OXIA=host:port`; without it those tests fail with instructions.
 #![deny(missing_docs)]
 
 pub mod client;
@@ -71,7 +73,9 @@ pub mod store;
 pub mod write_stream;
 
 pub use client::OxiaClient;
-pub use config::{ConfigError, DEFAULT_SERVICE_NAME, OxiaConfig, OxiaTls, V1_SERVICE_NAME};
+pub use config::{
+    ConfigError, DEFAULT_SERVICE_NAME, LEGACY_SERVICE_NAME, OxiaConfig, OxiaTls, V1_SERVICE_NAME,
+};
 pub use errors::{OxiaError, OxiaErrorKind};
 pub use routing::{ShardId, ShardMap, routing_hash};
 pub use session::{OxiaSession, shard_sessions_from_id};

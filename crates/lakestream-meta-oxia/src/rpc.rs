@@ -25,6 +25,11 @@ const HTTP2_KEEPALIVE_INTERVAL: Duration = Duration::from_secs(10);
 /// How long to wait for a keep-alive ping's answer.
 const HTTP2_KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(5);
 
+/// How many reset streams a connection remembers (h2's default: 10).
+const MAX_REMEMBERED_RESET_STREAMS: usize = 65_536;
+/// How long a reset stream is remembered (h2's default: 30 s).
+const RESET_STREAM_MEMORY: Duration = Duration::from_secs(60);
+
 /// The metadata key carrying the shard id on a `WriteStream` (oxia.md §6).
 pub const SHARD_ID_HEADER: &str = "shard-id";
 /// The metadata key carrying the namespace on a `WriteStream` (oxia.md §6).
@@ -120,6 +125,13 @@ pub fn channel(address: &str, config: &OxiaConfig) -> Result<Channel, OxiaError>
         .http2_keep_alive_interval(HTTP2_KEEPALIVE_INTERVAL)
         .keep_alive_timeout(HTTP2_KEEPALIVE_TIMEOUT)
         .keep_alive_while_idle(true)
+        // Reads stop server-streaming calls early (a scan with a limit, a timeout), which
+        // resets their HTTP/2 streams. h2 remembers only 10 reset streams by default; a frame
+        // the server already sent on a forgotten one counts as a protocol error, and 1024 of
+        // those close the connection (`too_many_internal_resets`). Remember enough of them
+        // for as long as the server may still be sending.
+        .http2_max_concurrent_reset_streams(MAX_REMEMBERED_RESET_STREAMS)
+        .http2_reset_stream_duration(RESET_STREAM_MEMORY)
         .tcp_nodelay(true);
     #[cfg(feature = "tls")]
     let endpoint = match &config.tls {
@@ -266,12 +278,13 @@ pub async fn with_timeout<T>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::{DEFAULT_SERVICE_NAME, V1_SERVICE_NAME};
+    use crate::config::{DEFAULT_SERVICE_NAME, LEGACY_SERVICE_NAME, V1_SERVICE_NAME};
 
     #[test]
     fn paths_follow_the_configured_service_name() {
-        let path = method_path(DEFAULT_SERVICE_NAME, Method::WriteStream).expect("valid");
+        let path = method_path(LEGACY_SERVICE_NAME, Method::WriteStream).expect("valid");
         assert_eq!(path.as_str(), "/io.streamnative.oxia.proto.OxiaClient/WriteStream");
+        assert_eq!(DEFAULT_SERVICE_NAME, V1_SERVICE_NAME, "the v1 name is the default");
         let path = method_path(V1_SERVICE_NAME, Method::GetShardAssignments).expect("valid");
         assert_eq!(path.as_str(), "/io.oxia.proto.v1.OxiaClient/GetShardAssignments");
         let all = [

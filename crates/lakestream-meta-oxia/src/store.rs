@@ -3,6 +3,8 @@
 //! Every primitive is routed by its partition: `S(P)` is the shard whose range holds the hash
 //! of `P`. Writes go on that shard's ordered write stream, reads name the shard.
 
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -26,6 +28,9 @@ use crate::responses::{
 };
 use crate::session::OxiaSession;
 
+/// Numbers the key-order probes of one process, so concurrent ones use distinct keys.
+static KEY_ORDER_PROBES: AtomicU64 = AtomicU64::new(0);
+
 /// The Lakestream metadata store on an Oxia cluster. Cheap to clone.
 #[derive(Debug, Clone)]
 pub struct OxiaStore {
@@ -35,9 +40,47 @@ pub struct OxiaStore {
 }
 
 impl OxiaStore {
-    /// Connects with `config` and the system clock.
+    /// Connects with `config` and the system clock, and checks that the namespace sorts keys
+    /// hierarchically (see [`OxiaStore::check_key_order`]).
     pub async fn connect(config: OxiaConfig) -> MetaResult<Self> {
-        Ok(Self::new(OxiaClient::connect(config).await?, Arc::new(SystemClock)))
+        let store = Self::new(OxiaClient::connect(config).await?, Arc::new(SystemClock));
+        store.check_key_order().await?;
+        Ok(store)
+    }
+
+    /// Lakestream needs Oxia's hierarchical key order (`--key-sorting=hierarchical`, the
+    /// default of v0.15+): the catalog lists a directory's direct children with
+    /// `List("{dir}/", "{dir}//")`, which under natural (bytewise) order returns nothing.
+    /// Probes the namespace with two records under a partition of its own and refuses a
+    /// namespace that sorts otherwise, naming the setting.
+    pub async fn check_key_order(&self) -> MetaResult<()> {
+        const PARTITION: &str = "lakestream-key-order-probe";
+        let run = format!(
+            "/lakestream-key-order-probe/{}-{}-{}",
+            self.clock.now_ms(),
+            std::process::id(),
+            KEY_ORDER_PROBES.fetch_add(1, Ordering::Relaxed)
+        );
+        let (child, grandchild) = (format!("{run}/b"), format!("{run}/a/deeper"));
+        for key in [&child, &grandchild] {
+            self.put(PARTITION, key, Bytes::new(), PutCondition::None).await?;
+        }
+        let listed = self.list(PARTITION, &format!("{run}/"), &format!("{run}//")).await;
+        // Cleaned up whatever the answer: the probe must not leave records behind. (One
+        // delete each: in hierarchical order no single range holds two depths.)
+        for key in [&child, &grandchild] {
+            self.delete(PARTITION, key).await?;
+        }
+        let listed = listed?;
+        if listed == [child] {
+            return Ok(());
+        }
+        Err(MetaError::InvalidRequest(format!(
+            "Oxia namespace `{}` does not sort keys hierarchically (List of a directory's \
+             children returned {listed:?}): Lakestream needs `--key-sorting=hierarchical`, the \
+             default of Oxia v0.15 and later",
+            self.client.config().namespace
+        )))
     }
 
     /// A store over a connected client; `clock` times session expiry.
@@ -94,18 +137,32 @@ impl MetaStore for OxiaStore {
         delete_range_outcome(start, end, response)
     }
 
-    async fn sequenced_put(
-        &self,
-        partition: &str,
-        prefix: &str,
-        deltas: &[u64],
+    /// Not an `async fn`: the put is queued on its shard's ordered write stream when this is
+    /// *called*, so sequenced puts issued one after another commit in that order, however the
+    /// returned futures are later polled (oxia.md §6).
+    fn sequenced_put<'life0, 'life1, 'life2, 'life3, 'async_trait>(
+        &'life0 self,
+        partition: &'life1 str,
+        prefix: &'life2 str,
+        deltas: &'life3 [u64],
         value: Bytes,
-    ) -> MetaResult<WriteResult> {
+    ) -> Pin<Box<dyn Future<Output = MetaResult<WriteResult>> + Send + 'async_trait>>
+    where
+        'life0: 'async_trait,
+        'life1: 'async_trait,
+        'life2: 'async_trait,
+        'life3: 'async_trait,
+        Self: 'async_trait,
+    {
         // Validated before routing: a malformed sequenced put never reaches the server.
-        let request = sequenced_put_request(partition, prefix, deltas, value)?;
-        let shard = self.client.shard_for(partition)?;
-        let response = self.client.write_or_error(shard, write_put(shard, request)).await?;
-        sequenced_put_outcome(prefix, &single_put(response, prefix)?)
+        let queued = sequenced_put_request(partition, prefix, deltas, value).and_then(|request| {
+            let shard = self.client.shard_for(partition)?;
+            Ok(self.client.write_or_error(shard, write_put(shard, request)))
+        });
+        Box::pin(async move {
+            let response = queued?.await?;
+            sequenced_put_outcome(prefix, &single_put(response, prefix)?)
+        })
     }
 
     async fn list(&self, partition: &str, start: &str, end: &str) -> MetaResult<Vec<String>> {

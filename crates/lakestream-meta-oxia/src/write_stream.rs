@@ -1,30 +1,49 @@
 //! One ordered, pipelined `WriteStream` per shard (oxia.md §6).
 //!
 //! On one stream the leader proposes requests in the order it receives them, commits them in
-//! that order and answers in that order (FIFO). A writer whose calls go through one
-//! [`ShardWriter`] therefore gets "issue order = commit order" for its sequenced puts, with
-//! many requests in flight at once.
+//! that order and answers in that order (FIFO). Every write to a shard goes through that
+//! shard's one [`ShardWriter`], so writes commit in the order they were *issued*: a call is
+//! queued synchronously, when [`ShardWriter::write`] is called, not when its future is first
+//! polled (a runtime's cooperative budget can poll futures out of order).
 //!
-//! The pipeline ([`run_pipeline`]) is written against channels, not the network: it moves
-//! calls to the outbound stream, keeps the callers of sent requests in a FIFO, and hands each
-//! response to the oldest caller. When the stream breaks, every sent request fails as
-//! [`WriteFailure::InFlight`] (outcome unknown: any of them may have committed) and every
-//! call not yet sent fails as [`WriteFailure::NotSent`]. A broken writer is not reopened:
-//! the client replaces it, so that requests are never silently re-sent out of order.
+//! What a caller is told depends on whether its request was transmitted:
+//!
+//! - A call is transmitted only on a stream the server has **accepted**: after opening a
+//!   stream the writer sends an empty `WriteRequest` (a handshake) and waits for its answer.
+//!   A server that refuses the stream (not leader, not initialized, unknown shard) answers
+//!   with an error before it reads any request, so nothing queued behind the handshake was
+//!   applied; the writer re-routes and tries again with the calls still queued, in order.
+//! - When an accepted stream breaks, every transmitted request without an answer fails as
+//!   [`WriteFailure::InFlight`] (outcome unknown: any of them may have committed). Calls not
+//!   yet transmitted stay queued and go out, in order, on the next stream.
+//! - A caller that gives up (its timeout, or its future dropped) before its call was
+//!   transmitted withdraws it: it is never sent, and the caller gets
+//!   [`WriteFailure::NotSent`].
+//!
+//! The pipeline ([`run_pipeline`]) and the stream's life ([`drive`]) are written against
+//! channels and an [`Opener`], not the network, so both are unit-tested without a server.
 
 use std::collections::VecDeque;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU8, Ordering};
 use std::time::Duration;
 
+use futures::future::BoxFuture;
 use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinHandle;
 use tokio_stream::wrappers::ReceiverStream;
 
 use lakestream_meta::MetaError;
 
-use crate::errors::{OxiaError, OxiaErrorKind, RequestPhase};
+use crate::errors::{OxiaError, OxiaErrorKind, RequestPhase, RetryAdvice};
 use crate::proto::oxia::{WriteRequest, WriteResponse};
 use crate::routing::ShardId;
 use crate::rpc::Rpc;
+
+/// The first pause before opening a stream again; doubled on each failure.
+const FIRST_BACKOFF: Duration = Duration::from_millis(20);
+/// The longest pause between attempts to open a stream.
+const MAX_BACKOFF: Duration = Duration::from_secs(1);
 
 /// Why a write did not get its response.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -55,6 +74,37 @@ impl WriteFailure {
 /// The answer a write call receives.
 pub type WriteReply = Result<WriteResponse, WriteFailure>;
 
+const QUEUED: u8 = 0;
+const SENT: u8 = 1;
+const WITHDRAWN: u8 = 2;
+
+/// Where a call is: queued, transmitted, or withdrawn by its caller. The writer and the
+/// caller race to move it out of "queued"; exactly one wins, so a withdrawn call is never
+/// transmitted and a transmitted one is never reported as not sent.
+#[derive(Debug, Clone, Default)]
+pub struct CallState(Arc<AtomicU8>);
+
+impl CallState {
+    /// The writer's move: true if the call may be transmitted now.
+    pub fn take_for_sending(&self) -> bool {
+        self.0.compare_exchange(QUEUED, SENT, Ordering::AcqRel, Ordering::Acquire).is_ok()
+    }
+
+    /// The caller's move: true if the call was withdrawn before it was transmitted.
+    pub fn withdraw(&self) -> bool {
+        self.0.compare_exchange(QUEUED, WITHDRAWN, Ordering::AcqRel, Ordering::Acquire).is_ok()
+    }
+
+    /// Makes a call that was taken for sending but not transmitted sendable again.
+    fn requeue(&self) {
+        let _ = self.0.compare_exchange(SENT, QUEUED, Ordering::AcqRel, Ordering::Acquire);
+    }
+
+    fn is_withdrawn(&self) -> bool {
+        self.0.load(Ordering::Acquire) == WITHDRAWN
+    }
+}
+
 /// A write request and where to send its answer.
 #[derive(Debug)]
 pub struct WriteCall {
@@ -62,6 +112,17 @@ pub struct WriteCall {
     pub request: WriteRequest,
     /// Receives the response or the failure.
     pub reply: oneshot::Sender<WriteReply>,
+    /// Shared with the caller, who may withdraw the call while it is queued.
+    pub state: CallState,
+}
+
+impl WriteCall {
+    /// A call and the receiver of its answer.
+    pub fn new(request: WriteRequest) -> (Self, oneshot::Receiver<WriteReply>, CallState) {
+        let (reply, receiver) = oneshot::channel();
+        let state = CallState::default();
+        (Self { request, reply, state: state.clone() }, receiver, state)
+    }
 }
 
 /// Callers of requests that were sent, oldest first: responses come back in this order.
@@ -97,16 +158,10 @@ impl PendingWrites {
         Ok(())
     }
 
-    /// Fails every waiting caller: with an unknown outcome when the requests were
-    /// transmitted, as not sent when the stream never connected.
-    pub fn break_all(&mut self, error: &OxiaError, transmitted: bool) {
+    /// Fails every waiting caller with an unknown outcome: each request was transmitted.
+    pub fn break_all(&mut self, error: &OxiaError) {
         for caller in self.callers.drain(..) {
-            let failure = if transmitted {
-                WriteFailure::InFlight(error.clone())
-            } else {
-                WriteFailure::NotSent(error.clone())
-            };
-            let _ = caller.send(Err(failure));
+            let _ = caller.send(Err(WriteFailure::InFlight(error.clone())));
         }
     }
 }
@@ -118,128 +173,282 @@ pub enum Inbound {
     Response(WriteResponse),
     /// The server ended the stream.
     Ended,
-    /// The stream failed after it was opened.
+    /// The stream failed (or was refused).
     Failed(OxiaError),
-    /// No connection could be made: nothing queued was transmitted.
-    NotConnected(OxiaError),
 }
 
-/// Runs one stream's pipeline until it breaks, or until every caller handle is gone and every
-/// sent request is answered.
-///
-/// `calls` are the callers' requests; `outbound` feeds the stream; `inbound` reports the
-/// stream's responses and its end. At most `max_pending` requests are in flight.
-pub async fn run_pipeline(
-    calls: &mut mpsc::Receiver<WriteCall>,
-    outbound: mpsc::Sender<WriteRequest>,
-    mut inbound: mpsc::Receiver<Inbound>,
-    max_pending: usize,
-) {
-    let mut pending = PendingWrites::default();
-    let mut accepting = true;
-    // The failure that ended the stream, and whether queued requests may have been transmitted.
-    let broken: Option<(OxiaError, bool)> = loop {
-        if !accepting && pending.is_empty() {
-            break None;
-        }
-        tokio::select! {
-            // Completions first: they free room in the pipeline and answer callers sooner.
-            biased;
-            event = inbound.recv() => match event {
-                Some(Inbound::Response(response)) => {
-                    if let Err(error) = pending.answer(response) {
-                        break Some((error, true));
-                    }
-                }
-                Some(Inbound::Ended) | None => {
-                    break Some((OxiaError::new(OxiaErrorKind::StreamEnded, "the write stream ended"), true));
-                }
-                Some(Inbound::Failed(error)) => break Some((error, true)),
-                Some(Inbound::NotConnected(error)) => break Some((error, false)),
-            },
-            call = calls.recv(), if accepting && pending.len() < max_pending => match call {
-                Some(call) => {
-                    if outbound.send(call.request).await.is_ok() {
-                        pending.sent(call.reply);
-                    } else {
-                        let error = OxiaError::new(OxiaErrorKind::StreamEnded, "the write stream closed");
-                        let _ = call.reply.send(Err(WriteFailure::NotSent(error.clone())));
-                        break Some((error, true));
-                    }
-                }
-                None => accepting = false,
-            },
-        }
-    };
-    if let Some((error, transmitted)) = broken {
-        tracing::debug!(%error, in_flight = pending.len(), transmitted, "write stream broke");
-        pending.break_all(&error, transmitted);
-        // Calls queued behind the break were never sent.
-        calls.close();
-        while let Ok(call) = calls.try_recv() {
-            let _ = call.reply.send(Err(WriteFailure::NotSent(error.clone())));
+/// An open stream, as channels: requests go out on `outbound`, responses and the stream's
+/// end come back on `inbound`.
+#[derive(Debug)]
+pub struct StreamChannels {
+    /// The leader the stream goes to.
+    pub leader: String,
+    /// Requests to transmit, in order.
+    pub outbound: mpsc::Sender<WriteRequest>,
+    /// Responses, then the stream's end.
+    pub inbound: mpsc::Receiver<Inbound>,
+    /// The task feeding `inbound`; aborted when the stream is dropped.
+    pub task: Option<JoinHandle<()>>,
+}
+
+impl Drop for StreamChannels {
+    fn drop(&mut self) {
+        if let Some(task) = self.task.take() {
+            task.abort();
         }
     }
 }
 
-/// The write stream of one shard's leader. It opens when the writer starts; the client
-/// starts one on the first write to the shard, and a new one when the stream broke or the
-/// leader moved.
+/// Opens streams to a shard's current leader and re-routes after a refusal.
+pub trait Opener: Send + Sync + 'static {
+    /// Opens a write stream to the shard's current leader. An error means nothing was sent.
+    fn open(&self) -> BoxFuture<'_, Result<StreamChannels, OxiaError>>;
+
+    /// Acts on a refusal's advice before the next [`Opener::open`]: follow the hint, or wait
+    /// (briefly) for the next shard assignment.
+    fn reroute(&self, leader_hint: Option<String>) -> BoxFuture<'_, ()>;
+}
+
+/// How a pipeline run ended.
+#[derive(Debug, Clone, PartialEq)]
+pub enum PipelineEnd {
+    /// Every caller handle is gone and every sent request is answered.
+    CallersGone,
+    /// The stream broke; the sent requests failed as in flight, queued calls are kept.
+    Broken(OxiaError),
+}
+
+/// Runs one accepted stream's pipeline until it breaks, or until every caller handle is gone
+/// and every sent request is answered.
+///
+/// `held` is a call taken from `calls` but not yet transmitted; it goes first. Calls withdrawn
+/// by their callers are dropped unsent. At most `max_pending` requests are in flight. When
+/// the stream breaks, a call that could not be transmitted is left in `held`.
+pub async fn run_pipeline(
+    calls: &mut mpsc::UnboundedReceiver<WriteCall>,
+    held: &mut Option<WriteCall>,
+    stream: &mut StreamChannels,
+    max_pending: usize,
+) -> PipelineEnd {
+    let mut pending = PendingWrites::default();
+    let mut accepting = true;
+    let end = loop {
+        if !accepting && held.is_none() && pending.is_empty() {
+            break PipelineEnd::CallersGone;
+        }
+        let room = pending.len() < max_pending;
+        if room && let Some(call) = held.take() {
+            if let Err((call, error)) = transmit(call, &stream.outbound, &mut pending).await {
+                *held = Some(call);
+                break PipelineEnd::Broken(error);
+            }
+            continue;
+        }
+        tokio::select! {
+            // Completions first: they free room in the pipeline and answer callers sooner.
+            biased;
+            event = stream.inbound.recv() => match event {
+                Some(Inbound::Response(response)) => {
+                    if let Err(error) = pending.answer(response) {
+                        break PipelineEnd::Broken(error);
+                    }
+                }
+                Some(Inbound::Ended) | None => {
+                    break PipelineEnd::Broken(OxiaError::new(OxiaErrorKind::StreamEnded, "the write stream ended"));
+                }
+                Some(Inbound::Failed(error)) => break PipelineEnd::Broken(error),
+            },
+            // Transmitted at the top of the loop, once there is room.
+            call = calls.recv(), if accepting && held.is_none() => match call {
+                Some(call) => *held = Some(call),
+                None => accepting = false,
+            },
+        }
+    };
+    let error = match &end {
+        PipelineEnd::Broken(error) => {
+            tracing::debug!(%error, in_flight = pending.len(), "write stream broke");
+            error.clone()
+        }
+        PipelineEnd::CallersGone => OxiaError::new(OxiaErrorKind::StreamEnded, "the write stream closed"),
+    };
+    pending.break_all(&error);
+    end
+}
+
+/// Transmits `call` unless its caller withdrew it. A call the stream no longer takes is
+/// handed back, sendable again, with the error.
+async fn transmit(
+    call: WriteCall,
+    outbound: &mpsc::Sender<WriteRequest>,
+    pending: &mut PendingWrites,
+) -> Result<(), (WriteCall, OxiaError)> {
+    if !call.state.take_for_sending() {
+        return Ok(()); // withdrawn by its caller: never sent
+    }
+    let WriteCall { request, reply, state } = call;
+    match outbound.send(request).await {
+        Ok(()) => {
+            pending.sent(reply);
+            Ok(())
+        }
+        Err(mpsc::error::SendError(request)) => {
+            state.requeue();
+            let error = OxiaError::new(OxiaErrorKind::StreamEnded, "the write stream closed");
+            Err((WriteCall { request, reply, state }, error))
+        }
+    }
+}
+
+/// Drops the held call and queued calls that their callers withdrew; leaves the first live
+/// one in `held`. Returns false once every sender is gone and nothing is held.
+async fn wait_for_live_call(
+    calls: &mut mpsc::UnboundedReceiver<WriteCall>,
+    held: &mut Option<WriteCall>,
+) -> bool {
+    loop {
+        match held.take() {
+            Some(call) if !call.state.is_withdrawn() => {
+                *held = Some(call);
+                return true;
+            }
+            Some(_) => {}
+            None => match calls.recv().await {
+                Some(call) => *held = Some(call),
+                None => return false,
+            },
+        }
+    }
+}
+
+/// The life of a shard's writes: waits for a call, opens and confirms a stream (handshake),
+/// runs the pipeline on it, and after a refusal or a break opens the next one for the calls
+/// still queued. Ends when every caller handle is gone.
+pub async fn drive(
+    opener: Arc<dyn Opener>,
+    mut calls: mpsc::UnboundedReceiver<WriteCall>,
+    shard: ShardId,
+    max_pending: usize,
+    handshake_timeout: Duration,
+) {
+    let mut held: Option<WriteCall> = None;
+    let mut backoff = FIRST_BACKOFF;
+    loop {
+        if !wait_for_live_call(&mut calls, &mut held).await {
+            return;
+        }
+        let mut stream = match open_confirmed(opener.as_ref(), shard, handshake_timeout).await {
+            Ok(stream) => stream,
+            Err(error) => {
+                // Refused or never connected: nothing queued was transmitted.
+                tracing::debug!(shard, %error, "write stream not accepted; retrying");
+                if let RetryAdvice::Reroute { leader_hint } = error.retry_advice() {
+                    opener.reroute(leader_hint).await;
+                }
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(MAX_BACKOFF);
+                continue;
+            }
+        };
+        backoff = FIRST_BACKOFF;
+        match run_pipeline(&mut calls, &mut held, &mut stream, max_pending).await {
+            PipelineEnd::CallersGone => return,
+            PipelineEnd::Broken(error) => {
+                if let RetryAdvice::Reroute { leader_hint } = error.retry_advice() {
+                    opener.reroute(leader_hint).await;
+                }
+            }
+        }
+    }
+}
+
+/// Opens a stream and confirms that the server accepted it: an empty `WriteRequest` must be
+/// answered before any caller's request is transmitted.
+async fn open_confirmed(
+    opener: &dyn Opener,
+    shard: ShardId,
+    timeout: Duration,
+) -> Result<StreamChannels, OxiaError> {
+    let mut stream = opener.open().await?;
+    let handshake = WriteRequest { shard: Some(shard), ..WriteRequest::default() };
+    if stream.outbound.send(handshake).await.is_err() {
+        return Err(OxiaError::new(OxiaErrorKind::StreamEnded, "the write stream closed at open"));
+    }
+    match tokio::time::timeout(timeout, stream.inbound.recv()).await {
+        Ok(Some(Inbound::Response(_))) => Ok(stream),
+        Ok(Some(Inbound::Failed(error))) => Err(error),
+        Ok(Some(Inbound::Ended) | None) => {
+            Err(OxiaError::new(OxiaErrorKind::StreamEnded, "the write stream ended at open"))
+        }
+        Err(_) => Err(OxiaError::new(
+            OxiaErrorKind::DeadlineExceeded,
+            format!("the write stream's handshake took longer than {timeout:?}"),
+        )),
+    }
+}
+
+/// Opens a real `WriteStream` on `rpc` and pumps its responses into a channel.
+pub async fn open_grpc_stream(
+    rpc: Rpc,
+    leader: String,
+    shard: ShardId,
+    namespace: String,
+    max_pending: usize,
+) -> Result<StreamChannels, OxiaError> {
+    let grpc = rpc.ready().await?;
+    // One more than the pipeline's bound, for the handshake.
+    let (outbound_tx, outbound_rx) = mpsc::channel::<WriteRequest>(max_pending + 1);
+    let (inbound_tx, inbound_rx) = mpsc::channel::<Inbound>(max_pending + 1);
+    let task = tokio::spawn(async move {
+        let opened = rpc.write_stream(grpc, shard, &namespace, ReceiverStream::new(outbound_rx)).await;
+        let mut stream = match opened {
+            Ok(stream) => stream,
+            Err(error) => {
+                let _ = inbound_tx.send(Inbound::Failed(error)).await;
+                return;
+            }
+        };
+        loop {
+            let event = match stream.message().await {
+                Ok(Some(response)) => Inbound::Response(response),
+                Ok(None) => Inbound::Ended,
+                Err(status) => Inbound::Failed(OxiaError::from_status(&status)),
+            };
+            let done = !matches!(event, Inbound::Response(_));
+            if inbound_tx.send(event).await.is_err() || done {
+                return;
+            }
+        }
+    });
+    Ok(StreamChannels { leader, outbound: outbound_tx, inbound: inbound_rx, task: Some(task) })
+}
+
+/// The writes of one shard: a queue and the task that drives it (see the module docs).
 #[derive(Debug)]
 pub struct ShardWriter {
     shard: ShardId,
-    leader: String,
-    calls: mpsc::Sender<WriteCall>,
+    calls: mpsc::UnboundedSender<WriteCall>,
     task: JoinHandle<()>,
 }
 
+impl Drop for ShardWriter {
+    fn drop(&mut self) {
+        // Calls already answered are unaffected; queued ones fail as not sent.
+        self.task.abort();
+    }
+}
+
 impl ShardWriter {
-    /// Starts the writer of `shard` on its leader `leader` (reached through `rpc`).
-    pub fn spawn(shard: ShardId, leader: String, rpc: Rpc, namespace: String, max_pending: usize) -> Self {
-        let (calls_tx, mut calls_rx) = mpsc::channel::<WriteCall>(max_pending);
-        // The client creates a writer on the first write to the shard, so the stream opens
-        // only when it is needed.
-        let task = tokio::spawn(async move {
-            let (outbound_tx, outbound_rx) = mpsc::channel::<WriteRequest>(max_pending);
-            let (inbound_tx, inbound_rx) = mpsc::channel::<Inbound>(max_pending);
-            let reader = tokio::spawn(async move {
-                let grpc = match rpc.ready().await {
-                    Ok(grpc) => grpc,
-                    Err(error) => {
-                        let _ = inbound_tx.send(Inbound::NotConnected(error)).await;
-                        return;
-                    }
-                };
-                let opened =
-                    rpc.write_stream(grpc, shard, &namespace, ReceiverStream::new(outbound_rx)).await;
-                let mut stream = match opened {
-                    Ok(stream) => stream,
-                    Err(error) => {
-                        let event = if error.kind == OxiaErrorKind::ConnectFailed {
-                            Inbound::NotConnected(error)
-                        } else {
-                            Inbound::Failed(error)
-                        };
-                        let _ = inbound_tx.send(event).await;
-                        return;
-                    }
-                };
-                loop {
-                    let event = match stream.message().await {
-                        Ok(Some(response)) => Inbound::Response(response),
-                        Ok(None) => Inbound::Ended,
-                        Err(status) => Inbound::Failed(OxiaError::from_status(&status)),
-                    };
-                    let done = !matches!(event, Inbound::Response(_));
-                    if inbound_tx.send(event).await.is_err() || done {
-                        return;
-                    }
-                }
-            });
-            run_pipeline(&mut calls_rx, outbound_tx, inbound_rx, max_pending).await;
-            reader.abort();
-        });
-        Self { shard, leader, calls: calls_tx, task }
+    /// Starts the writer of `shard`. Streams are opened by `opener` when calls arrive.
+    pub fn spawn(
+        shard: ShardId,
+        opener: Arc<dyn Opener>,
+        max_pending: usize,
+        handshake_timeout: Duration,
+    ) -> Self {
+        let (calls, calls_rx) = mpsc::unbounded_channel();
+        let task = tokio::spawn(drive(opener, calls_rx, shard, max_pending, handshake_timeout));
+        Self { shard, calls, task }
     }
 
     /// The shard written to.
@@ -247,44 +456,55 @@ impl ShardWriter {
         self.shard
     }
 
-    /// The leader address the stream goes to.
-    pub fn leader(&self) -> &str {
-        &self.leader
-    }
-
-    /// Whether the stream broke or ended; a new writer is needed.
-    pub fn is_closed(&self) -> bool {
-        self.calls.is_closed() || self.task.is_finished()
-    }
-
-    /// Sends `request` in order behind earlier calls and waits for its response. A call that
-    /// times out after it was queued is reported as in flight (it may commit later).
-    pub async fn write(&self, request: WriteRequest, timeout: Duration) -> WriteReply {
-        let (reply_tx, reply_rx) = oneshot::channel();
-        let not_sent = |_| {
-            WriteFailure::NotSent(OxiaError::new(
-                OxiaErrorKind::StreamEnded,
-                "the shard's write stream is closed",
-            ))
-        };
-        self.calls.send(WriteCall { request, reply: reply_tx }).await.map_err(not_sent)?;
-        match tokio::time::timeout(timeout, reply_rx).await {
-            Ok(Ok(reply)) => reply,
-            // The pipeline dropped the call without answering: it may have been sent.
-            Ok(Err(_)) => Err(WriteFailure::InFlight(OxiaError::new(
-                OxiaErrorKind::StreamEnded,
-                "the write stream stopped without answering",
-            ))),
-            Err(_) => Err(WriteFailure::InFlight(OxiaError::new(
-                OxiaErrorKind::DeadlineExceeded,
-                format!("no write response within {timeout:?}"),
-            ))),
+    /// Queues `request` behind every earlier call *now* and returns the future of its
+    /// response. After `timeout` a call still queued is withdrawn (not sent); one already
+    /// sent is reported in flight (it may commit later). Dropping the future withdraws a call
+    /// that was not sent yet.
+    pub fn write(
+        &self,
+        request: WriteRequest,
+        timeout: Duration,
+    ) -> impl Future<Output = WriteReply> + Send + use<> {
+        let (call, reply, state) = WriteCall::new(request);
+        let queued = self.calls.send(call).is_ok();
+        async move {
+            if !queued {
+                return Err(WriteFailure::NotSent(OxiaError::new(
+                    OxiaErrorKind::StreamEnded,
+                    "the shard's writer has stopped",
+                )));
+            }
+            let _withdraw_if_dropped = WithdrawOnDrop(state.clone());
+            let failure = match tokio::time::timeout(timeout, reply).await {
+                Ok(Ok(reply)) => return reply,
+                Ok(Err(_)) => OxiaError::new(OxiaErrorKind::StreamEnded, "the shard's writer stopped"),
+                Err(_) => OxiaError::new(
+                    OxiaErrorKind::DeadlineExceeded,
+                    format!("no write response within {timeout:?}"),
+                ),
+            };
+            Err(if state.withdraw() {
+                WriteFailure::NotSent(failure)
+            } else {
+                WriteFailure::InFlight(failure)
+            })
         }
+    }
+}
+
+/// Withdraws a call whose caller stopped waiting (a no-op once it was transmitted).
+struct WithdrawOnDrop(CallState);
+
+impl Drop for WithdrawOnDrop {
+    fn drop(&mut self) {
+        self.0.withdraw();
     }
 }
 
 #[cfg(test)]
 mod tests {
+    use std::sync::Mutex;
+
     use lakestream_format::ErrorClass;
 
     use super::*;
@@ -305,130 +525,261 @@ mod tests {
         }
     }
 
-    struct Harness {
-        calls: mpsc::Sender<WriteCall>,
-        outbound: mpsc::Receiver<WriteRequest>,
-        inbound: mpsc::Sender<Inbound>,
-        pipeline: JoinHandle<()>,
-    }
-
-    fn harness(max_pending: usize) -> Harness {
-        let (calls_tx, mut calls_rx) = mpsc::channel(64);
-        let (outbound_tx, outbound_rx) = mpsc::channel(64);
-        let (inbound_tx, inbound_rx) = mpsc::channel(64);
-        let pipeline = tokio::spawn(async move {
-            run_pipeline(&mut calls_rx, outbound_tx, inbound_rx, max_pending).await;
-        });
-        Harness { calls: calls_tx, outbound: outbound_rx, inbound: inbound_tx, pipeline }
-    }
-
-    async fn call(h: &Harness, tag: &str) -> oneshot::Receiver<WriteReply> {
-        let (reply, receiver) = oneshot::channel();
-        h.calls.send(WriteCall { request: request(tag), reply }).await.expect("pipeline alive");
-        receiver
+    fn tag_of_request(request: &WriteRequest) -> Option<String> {
+        request.puts.first().map(|p| p.key.clone())
     }
 
     fn tag_of(reply: WriteReply) -> String {
         reply.expect("answered").puts[0].key.clone().expect("tagged")
     }
 
-    /// oxia.md §6: responses come back in request order; each goes to the caller that issued
-    /// the matching request, and requests reach the stream in issue order.
+    /// The far side of one scripted stream: what the client transmitted, and a way to answer.
+    struct FarSide {
+        outbound: mpsc::Receiver<WriteRequest>,
+        inbound: mpsc::Sender<Inbound>,
+    }
+
+    impl FarSide {
+        async fn next_request(&mut self) -> WriteRequest {
+            tokio::time::timeout(Duration::from_secs(5), self.outbound.recv())
+                .await
+                .expect("a request in time")
+                .expect("stream open")
+        }
+
+        /// Receives the handshake and accepts the stream.
+        async fn accept(&mut self) {
+            let handshake = self.next_request().await;
+            assert!(handshake.puts.is_empty() && handshake.deletes.is_empty(), "an empty handshake first");
+            self.inbound.send(Inbound::Response(WriteResponse::default())).await.expect("alive");
+        }
+
+        async fn answer(&self, tag: &str) {
+            self.inbound.send(Inbound::Response(response(tag))).await.expect("alive");
+        }
+    }
+
+    /// Hands out scripted streams: each `open` gives the test the far side of a new stream.
+    struct ScriptedOpener {
+        far_sides: mpsc::UnboundedSender<FarSide>,
+        reroutes: Mutex<Vec<Option<String>>>,
+    }
+
+    impl Opener for ScriptedOpener {
+        fn open(&self) -> BoxFuture<'_, Result<StreamChannels, OxiaError>> {
+            Box::pin(async move {
+                let (outbound, outbound_rx) = mpsc::channel(64);
+                let (inbound_tx, inbound) = mpsc::channel(64);
+                self.far_sides
+                    .send(FarSide { outbound: outbound_rx, inbound: inbound_tx })
+                    .map_err(|_| OxiaError::new(OxiaErrorKind::ConnectFailed, "test over"))?;
+                Ok(StreamChannels { leader: "scripted".into(), outbound, inbound, task: None })
+            })
+        }
+
+        fn reroute(&self, leader_hint: Option<String>) -> BoxFuture<'_, ()> {
+            self.reroutes.lock().expect("lock").push(leader_hint);
+            Box::pin(async {})
+        }
+    }
+
+    struct Harness {
+        writer: ShardWriter,
+        streams: mpsc::UnboundedReceiver<FarSide>,
+        opener: Arc<ScriptedOpener>,
+    }
+
+    fn harness(max_pending: usize) -> Harness {
+        let (far_sides, streams) = mpsc::unbounded_channel();
+        let opener = Arc::new(ScriptedOpener { far_sides, reroutes: Mutex::default() });
+        let writer = ShardWriter::spawn(0, opener.clone(), max_pending, Duration::from_secs(5));
+        Harness { writer, streams, opener }
+    }
+
+    impl Harness {
+        async fn next_stream(&mut self) -> FarSide {
+            tokio::time::timeout(Duration::from_secs(5), self.streams.recv())
+                .await
+                .expect("a stream opened in time")
+                .expect("opener alive")
+        }
+
+        fn write(&self, tag: &str) -> tokio::task::JoinHandle<WriteReply> {
+            tokio::spawn(self.writer.write(request(tag), Duration::from_secs(30)))
+        }
+    }
+
+    /// oxia.md §6: requests reach the stream in issue order and each response goes to the
+    /// caller that issued the matching request. Issue order is call order, even when the
+    /// futures are polled in another order.
     #[tokio::test]
-    async fn responses_are_matched_to_callers_in_issue_order() {
+    async fn calls_are_transmitted_in_call_order_whatever_the_poll_order() {
         let mut h = harness(16);
-        let mut receivers = Vec::new();
+        let futures: Vec<_> =
+            (0..5).map(|i| h.writer.write(request(&format!("w{i}")), Duration::from_secs(30))).collect();
+        // Polled last-first: the order of calls still decides.
+        let handles: Vec<_> = futures.into_iter().rev().map(tokio::spawn).collect();
+        let mut far = h.next_stream().await;
+        far.accept().await;
         for i in 0..5 {
-            receivers.push(call(&h, &format!("w{i}")).await);
+            assert_eq!(
+                tag_of_request(&far.next_request().await),
+                Some(format!("w{i}")),
+                "issue order on the stream"
+            );
         }
         for i in 0..5 {
-            let sent = h.outbound.recv().await.expect("sent");
-            assert_eq!(sent.puts[0].key, format!("w{i}"), "issue order on the stream");
+            far.answer(&format!("r{i}")).await;
         }
-        for i in 0..5 {
-            h.inbound.send(Inbound::Response(response(&format!("r{i}")))).await.expect("alive");
-        }
-        for (i, receiver) in receivers.into_iter().enumerate() {
-            assert_eq!(tag_of(receiver.await.expect("answered")), format!("r{i}"));
+        for (i, handle) in handles.into_iter().rev().enumerate() {
+            assert_eq!(tag_of(handle.await.expect("joined")), format!("r{i}"));
         }
     }
 
     #[tokio::test]
     async fn at_most_max_pending_requests_are_in_flight() {
         let mut h = harness(2);
-        let first = call(&h, "a").await;
-        let _second = call(&h, "b").await;
-        let _third = call(&h, "c").await;
-        assert_eq!(h.outbound.recv().await.map(|r| r.puts[0].key.clone()), Some("a".into()));
-        assert_eq!(h.outbound.recv().await.map(|r| r.puts[0].key.clone()), Some("b".into()));
-        tokio::task::yield_now().await;
-        assert!(h.outbound.try_recv().is_err(), "the third waits for room");
-        h.inbound.send(Inbound::Response(response("ra"))).await.expect("alive");
-        assert_eq!(tag_of(first.await.expect("answered")), "ra");
-        assert_eq!(h.outbound.recv().await.map(|r| r.puts[0].key.clone()), Some("c".into()));
+        let first = h.write("a");
+        let _second = h.write("b");
+        let _third = h.write("c");
+        let mut far = h.next_stream().await;
+        far.accept().await;
+        assert_eq!(tag_of_request(&far.next_request().await).as_deref(), Some("a"));
+        assert_eq!(tag_of_request(&far.next_request().await).as_deref(), Some("b"));
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert!(far.outbound.try_recv().is_err(), "the third waits for room");
+        far.answer("ra").await;
+        assert_eq!(tag_of(first.await.expect("joined")), "ra");
+        assert_eq!(tag_of_request(&far.next_request().await).as_deref(), Some("c"));
     }
 
-    /// oxia.md §6: an error after requests are in flight fails every pending request with an
-    /// unknown outcome, never as failed; calls not yet sent fail as not sent.
+    /// A stream the server refuses at open (here: not leader, with a hint) applied nothing:
+    /// the writer follows the hint and sends the queued calls, in order, on the next stream.
     #[tokio::test]
-    async fn a_broken_stream_makes_sent_writes_outcome_unknown() {
-        let mut h = harness(1);
-        let first = call(&h, "a").await;
-        assert!(h.outbound.recv().await.is_some());
-        let queued = call(&h, "b").await;
-        let error = OxiaError::new(OxiaErrorKind::Transport, "connection reset");
-        h.inbound.send(Inbound::Failed(error.clone())).await.expect("alive");
+    async fn a_refused_stream_is_retried_on_the_new_leader_with_the_calls_in_order() {
+        let mut h = harness(16);
+        let first = h.write("a");
+        let second = h.write("b");
+        let mut refused = h.next_stream().await;
+        let _handshake = refused.next_request().await;
+        let not_leader = OxiaError::new(
+            OxiaErrorKind::NotLeader { leader_hint: Some("10.0.0.2:6648".into()) },
+            "node is not leader",
+        );
+        refused.inbound.send(Inbound::Failed(not_leader)).await.expect("alive");
 
-        let failure = first.await.expect("answered").expect_err("broken");
-        assert_eq!(failure, WriteFailure::InFlight(error.clone()));
+        let mut far = h.next_stream().await;
+        far.accept().await;
+        assert_eq!(tag_of_request(&far.next_request().await).as_deref(), Some("a"));
+        assert_eq!(tag_of_request(&far.next_request().await).as_deref(), Some("b"));
+        far.answer("ra").await;
+        far.answer("rb").await;
+        assert_eq!(tag_of(first.await.expect("joined")), "ra");
+        assert_eq!(tag_of(second.await.expect("joined")), "rb");
+        assert_eq!(*h.opener.reroutes.lock().expect("lock"), vec![Some("10.0.0.2:6648".to_owned())]);
+    }
+
+    /// oxia.md §6: an error after requests are in flight fails every sent request with an
+    /// unknown outcome, never as failed; calls not yet sent go out on the next stream.
+    #[tokio::test]
+    async fn a_broken_stream_makes_sent_writes_outcome_unknown_and_reopens_for_the_rest() {
+        let mut h = harness(1);
+        let first = h.write("a");
+        let mut far = h.next_stream().await;
+        far.accept().await;
+        assert_eq!(tag_of_request(&far.next_request().await).as_deref(), Some("a"));
+        let queued = h.write("b");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        let error = OxiaError::new(OxiaErrorKind::Transport, "connection reset");
+        far.inbound.send(Inbound::Failed(error.clone())).await.expect("alive");
+
+        let failure = first.await.expect("joined").expect_err("broken");
+        assert_eq!(failure, WriteFailure::InFlight(error));
         assert_eq!(failure.to_meta_error().class(), ErrorClass::OutcomeUnknown);
-        let failure = queued.await.expect("answered").expect_err("broken");
-        assert_eq!(failure, WriteFailure::NotSent(error));
-        assert_eq!(failure.to_meta_error().class(), ErrorClass::Retryable);
-        h.pipeline.await.expect("pipeline finished");
-        assert!(h.calls.is_closed(), "a broken writer takes no more calls");
+
+        let mut next = h.next_stream().await;
+        next.accept().await;
+        assert_eq!(tag_of_request(&next.next_request().await).as_deref(), Some("b"));
+        next.answer("rb").await;
+        assert_eq!(tag_of(queued.await.expect("joined")), "rb");
     }
 
     #[tokio::test]
     async fn an_ended_stream_with_writes_in_flight_is_outcome_unknown() {
         let mut h = harness(4);
-        let first = call(&h, "a").await;
-        assert!(h.outbound.recv().await.is_some());
-        h.inbound.send(Inbound::Ended).await.expect("alive");
-        let failure = first.await.expect("answered").expect_err("ended");
+        let first = h.write("a");
+        let mut far = h.next_stream().await;
+        far.accept().await;
+        let _ = far.next_request().await;
+        far.inbound.send(Inbound::Ended).await.expect("alive");
+        let failure = first.await.expect("joined").expect_err("ended");
         assert_eq!(failure.to_meta_error().class(), ErrorClass::OutcomeUnknown);
     }
 
-    /// A stream that never connected transmitted nothing: its writes plainly failed and may
-    /// be retried.
+    /// A call whose caller gave up before it was transmitted is withdrawn: it is reported as
+    /// not sent (retryable) and never reaches the server.
     #[tokio::test]
-    async fn a_stream_that_never_connected_fails_writes_as_not_sent() {
+    async fn a_call_that_times_out_unsent_is_withdrawn_and_never_sent() {
         let mut h = harness(4);
-        let first = call(&h, "a").await;
-        assert!(h.outbound.recv().await.is_some());
-        let error = OxiaError::new(OxiaErrorKind::Transport, "connection refused");
-        h.inbound.send(Inbound::NotConnected(error.clone())).await.expect("alive");
-        let failure = first.await.expect("answered").expect_err("not connected");
-        assert_eq!(failure, WriteFailure::NotSent(error));
+        let late = tokio::spawn(h.writer.write(request("late"), Duration::from_millis(50)));
+        let mut refused = h.next_stream().await;
+        // Hold the handshake unanswered past the caller's timeout.
+        let _handshake = refused.next_request().await;
+        let failure = late.await.expect("joined").expect_err("timed out");
+        assert!(matches!(failure, WriteFailure::NotSent(_)), "{failure:?}");
         assert_eq!(failure.to_meta_error().class(), ErrorClass::Retryable);
+
+        refused.inbound.send(Inbound::Response(WriteResponse::default())).await.expect("alive");
+        let next = h.write("next");
+        assert_eq!(
+            tag_of_request(&refused.next_request().await).as_deref(),
+            Some("next"),
+            "the withdrawn call was skipped"
+        );
+        refused.answer("rnext").await;
+        assert_eq!(tag_of(next.await.expect("joined")), "rnext");
+    }
+
+    /// A call transmitted but not answered within the caller's timeout may still commit: it
+    /// is reported as outcome unknown.
+    #[tokio::test]
+    async fn a_sent_call_that_times_out_is_outcome_unknown() {
+        let mut h = harness(4);
+        let slow = tokio::spawn(h.writer.write(request("slow"), Duration::from_millis(200)));
+        let mut far = h.next_stream().await;
+        far.accept().await;
+        let _ = far.next_request().await;
+        let failure = slow.await.expect("joined").expect_err("timed out");
+        assert!(matches!(failure, WriteFailure::InFlight(_)), "{failure:?}");
+        assert_eq!(failure.to_meta_error().class(), ErrorClass::OutcomeUnknown);
     }
 
     #[tokio::test]
     async fn a_response_without_a_request_breaks_the_stream() {
-        let h = harness(4);
-        h.inbound.send(Inbound::Response(response("stray"))).await.expect("alive");
-        h.pipeline.await.expect("pipeline finished");
-        assert!(h.calls.is_closed());
+        let mut h = harness(4);
+        let first = h.write("a");
+        let mut far = h.next_stream().await;
+        far.accept().await;
+        let _ = far.next_request().await;
+        far.answer("ra").await;
+        far.answer("stray").await;
+        assert_eq!(tag_of(first.await.expect("joined")), "ra");
+        // The stray answer broke that stream; the next call opens another.
+        let second = h.write("b");
+        let mut next = h.next_stream().await;
+        next.accept().await;
+        assert_eq!(tag_of_request(&next.next_request().await).as_deref(), Some("b"));
+        next.answer("rb").await;
+        assert_eq!(tag_of(second.await.expect("joined")), "rb");
     }
 
-    #[tokio::test]
-    async fn the_pipeline_drains_answers_after_the_last_caller_leaves() {
-        let mut h = harness(4);
-        let first = call(&h, "a").await;
-        assert!(h.outbound.recv().await.is_some());
-        drop(h.calls);
-        h.inbound.send(Inbound::Response(response("ra"))).await.expect("alive");
-        assert_eq!(tag_of(first.await.expect("answered")), "ra");
-        h.pipeline.await.expect("pipeline finished");
+    #[test]
+    fn exactly_one_of_sending_and_withdrawing_wins() {
+        let state = CallState::default();
+        assert!(state.withdraw());
+        assert!(!state.take_for_sending());
+        let state = CallState::default();
+        assert!(state.take_for_sending());
+        assert!(!state.withdraw());
     }
 }

@@ -3,16 +3,16 @@
 //! change, session expiry, outcome-unknown on a broken stream). The last two put a plain TCP
 //! relay (`mod relay`) between client and server to break the transport on purpose.
 //!
-//! They need a server and are ignored by default. Start `oxia standalone --shards 4` (e.g.
-//! `docker compose up oxia`), then:
+//! They need a server: `scripts/test` starts `oxia standalone --shards 4` and exports its
+//! address. Elsewhere, start one (e.g. `docker compose up oxia`) and run
 //!
 //! ```text
-//! LAKESTREAM_TEST_OXIA=127.0.0.1:6648 cargo test -p lakestream-meta-oxia --test oxia_server -- --ignored
+//! LAKESTREAM_TEST_OXIA=127.0.0.1:6648 cargo test -p lakestream-meta-oxia --test oxia_server
 //! ```
 //!
-//! A test run with `--ignored` but without `LAKESTREAM_TEST_OXIA` fails (it never skips
-//! silently). Every test works on keys and log ids unique to the run, so the server may keep
-//! data between runs.
+//! Without `LAKESTREAM_TEST_OXIA` every test fails with these instructions (none skips).
+//! Every test works on keys and log ids unique to the run, so the server may keep data
+//! between runs.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -24,9 +24,12 @@ use lakestream_format::keys;
 use lakestream_meta::conformance::{self, StoreFactory};
 use lakestream_meta::{MetaError, MetaStore, PutCondition, Session};
 use lakestream_meta_oxia::errors::OxiaErrorKind;
-use lakestream_meta_oxia::{OxiaClient, OxiaConfig, OxiaStore, ShardMap, shard_sessions_from_id};
+use lakestream_meta_oxia::{
+    LEGACY_SERVICE_NAME, OxiaClient, OxiaConfig, OxiaStore, ShardMap, V1_SERVICE_NAME, shard_sessions_from_id,
+};
 
-const NEEDS_SERVER: &str = "needs a real Oxia server: set LAKESTREAM_TEST_OXIA=host:port (e.g. docker compose up oxia) and run with --ignored";
+const NEEDS_SERVER: &str = "needs a real Oxia server: run `scripts/test`, or start `oxia standalone --shards 4` \
+     (e.g. `docker compose up oxia`) and set LAKESTREAM_TEST_OXIA=host:port";
 
 /// The server under test; panics (never skips) when it is not configured.
 fn server_address() -> String {
@@ -74,18 +77,44 @@ impl StoreFactory for OxiaFactory {
     }
 }
 
+/// The `lakestream-meta` conformance suite through the default service name,
+/// `io.oxia.proto.v1.OxiaClient`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-#[ignore = "needs a real Oxia server: set LAKESTREAM_TEST_OXIA=host:port (e.g. docker compose up oxia) and run with --ignored"]
-async fn conformance_suite() {
-    let factory = OxiaFactory { store: Arc::new(store().await) };
+async fn conformance_suite_under_the_v1_service_name() {
+    let config = OxiaConfig { service_name: V1_SERVICE_NAME.to_owned(), ..config() };
+    assert_eq!(config.service_name, OxiaConfig::new(["x:1"]).service_name, "v1 is the default");
+    let factory = OxiaFactory { store: Arc::new(OxiaStore::connect(config).await.expect("connect")) };
     conformance::run_all(&factory).await;
+}
+
+/// The same suite through the pre-0.15 name, `io.streamnative.oxia.proto.OxiaClient`, which
+/// v0.15+ servers still answer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn conformance_suite_under_the_legacy_service_name() {
+    let config = OxiaConfig { service_name: LEGACY_SERVICE_NAME.to_owned(), ..config() };
+    let factory = OxiaFactory { store: Arc::new(OxiaStore::connect(config).await.expect("connect")) };
+    conformance::run_all(&factory).await;
+}
+
+/// Lakestream needs hierarchical key order; the store checks it when it connects. The server
+/// under test sorts hierarchically (the default); a second server started here with
+/// `--key-sorting=natural` is refused at connect, with the setting named.
+#[tokio::test]
+async fn connect_refuses_a_namespace_without_hierarchical_key_order() {
+    let store = store().await;
+    store.check_key_order().await.expect("hierarchical key order");
+
+    let natural = standalone::Server::start(&["--key-sorting", "natural", "-s", "1"]).await;
+    let refused =
+        OxiaStore::connect(OxiaConfig::new([natural.address()])).await.expect_err("natural order refused");
+    assert!(matches!(refused, MetaError::InvalidRequest(_)), "{refused:?}");
+    assert!(refused.to_string().contains("--key-sorting=hierarchical"), "{refused}");
 }
 
 /// oxia.md §4–5: with `--shards 4` the server announces the standalone ranges, and the
 /// partitions of the reference vectors live on the shards the vectors name: a record written
 /// through the client is found on its shard and on no other.
 #[tokio::test]
-#[ignore = "needs a real Oxia server: set LAKESTREAM_TEST_OXIA=host:port (e.g. docker compose up oxia) and run with --ignored"]
 async fn routing_with_four_shards() {
     let store = store().await;
     let client = store.client();
@@ -111,30 +140,41 @@ async fn routing_with_four_shards() {
 
 /// oxia.md §6 and §8: one writer's pipelined sequenced puts on one log commit in the order
 /// they were issued, each continuing from the previous key (reference example: [3,8],
-/// [2,5], [1,0] → …3-…8, …5-…13, …6-…13).
+/// [2,5], [1,0] → …3-…8, …5-…13, …6-…13) — also when far more are issued than the stream
+/// keeps in flight, and however the futures are polled.
 #[tokio::test]
-#[ignore = "needs a real Oxia server: set LAKESTREAM_TEST_OXIA=host:port (e.g. docker compose up oxia) and run with --ignored"]
 async fn pipelined_sequenced_puts_commit_in_issue_order() {
-    let store = store().await;
-    let log = fresh_log_id();
-    let (partition, prefix) = (keys::partition(log), keys::index_prefix(log));
-    let deltas: Vec<[u64; 2]> =
-        [[3, 8], [2, 5], [1, 0]].into_iter().chain((1..=200).map(|i| [1, i])).collect();
-    // Issued together: join_all polls the futures in order, so they are queued in this order.
-    let puts = deltas.iter().map(|d| store.sequenced_put(&partition, &prefix, d, Bytes::from_static(b"e")));
-    let results = futures::future::join_all(puts).await;
-    let (mut end, mut size) = (0u64, 0u64);
-    for (d, result) in deltas.iter().zip(results) {
-        (end, size) = (end + d[0], size + d[1]);
-        let written = result.expect("sequenced put");
-        assert_eq!(written.key, keys::index_key(log, end, size), "deltas {d:?}");
+    for max_pending in [4, 1024] {
+        let store = OxiaStore::connect(OxiaConfig { max_pending_writes_per_shard: max_pending, ..config() })
+            .await
+            .expect("connect");
+        let log = fresh_log_id();
+        let (partition, prefix) = (keys::partition(log), keys::index_prefix(log));
+        let deltas: Vec<[u64; 2]> =
+            [[3, 8], [2, 5], [1, 0]].into_iter().chain((1..=300).map(|i| [1, i])).collect();
+        // Issued in this order (the puts are queued when called), then polled from the last.
+        let puts: Vec<_> = deltas
+            .iter()
+            .map(|d| store.sequenced_put(&partition, &prefix, d, Bytes::from_static(b"e")))
+            .collect();
+        let mut results = futures::future::join_all(puts.into_iter().rev()).await;
+        results.reverse();
+        let (mut end, mut size) = (0u64, 0u64);
+        for (d, result) in deltas.iter().zip(results) {
+            (end, size) = (end + d[0], size + d[1]);
+            let written = result.expect("sequenced put");
+            assert_eq!(
+                written.key,
+                keys::index_key(log, end, size),
+                "deltas {d:?}, max_pending {max_pending}"
+            );
+        }
     }
 }
 
 /// A malformed sequenced put never reaches the server, so it cannot break the stream that
 /// other writes share.
 #[tokio::test]
-#[ignore = "needs a real Oxia server: set LAKESTREAM_TEST_OXIA=host:port (e.g. docker compose up oxia) and run with --ignored"]
 async fn malformed_sequenced_put_leaves_the_stream_working() {
     let store = store().await;
     let log = fresh_log_id();
@@ -152,7 +192,6 @@ async fn malformed_sequenced_put_leaves_the_stream_working() {
 /// never as failed — and it may indeed have committed. The client reaches the server through
 /// a local TCP relay that holds back the server's answers and then cuts the connections.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "needs a real Oxia server: set LAKESTREAM_TEST_OXIA=host:port (e.g. docker compose up oxia) and run with --ignored"]
 async fn outcome_unknown_on_a_broken_stream() {
     let direct = store().await;
     let relay = relay::Relay::start(&server_address()).await;
@@ -210,7 +249,6 @@ async fn outcome_unknown_on_a_broken_stream() {
 /// oxia.md §10: the client learns that a session ended from its keep-alive (session not
 /// found), fires `ended`, and the server has removed the ephemeral records.
 #[tokio::test]
-#[ignore = "needs a real Oxia server: set LAKESTREAM_TEST_OXIA=host:port (e.g. docker compose up oxia) and run with --ignored"]
 async fn session_expiry_is_detected() {
     let store = store().await;
     let log = fresh_log_id();
@@ -253,7 +291,6 @@ async fn session_expiry_is_detected() {
 /// assignment stream reconnects through B, the leader of every shard becomes B, and writes
 /// continue there with the sequence intact.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "needs a real Oxia server: set LAKESTREAM_TEST_OXIA=host:port (e.g. docker compose up oxia) and run with --ignored"]
 async fn writes_follow_a_leader_change() {
     let address = server_address();
     let (relay_a, relay_b) = (relay::Relay::start(&address).await, relay::Relay::start(&address).await);
@@ -288,6 +325,166 @@ async fn writes_follow_a_leader_change() {
     assert_eq!(leader(client).as_deref(), Some(relay_b.address().as_str()), "re-routed to the new leader");
     let parsed = keys::IndexKey::parse(&written.key).expect("index key");
     assert!(parsed.end_offset >= 2, "the sequence continued across the move: {}", written.key);
+}
+
+/// oxia.md §10: with the shortest session timeout Oxia accepts (2 s), heartbeats come often
+/// enough that the session and its ephemeral record outlive several timeouts.
+#[tokio::test]
+async fn a_session_with_the_shortest_timeout_survives() {
+    let store = store().await;
+    let log = fresh_log_id();
+    let partition = keys::partition(log);
+    let session = store.open_session(Duration::from_secs(2)).await.expect("session");
+    let lease = keys::lease_key(log, "short-session");
+    session.create_ephemeral(&partition, &lease, Bytes::from_static(b"t")).await.expect("ephemeral");
+    let ended = session.ended();
+    tokio::time::sleep(Duration::from_secs(7)).await;
+    assert!(!*ended.borrow(), "a 2 s session ended although it was kept alive");
+    assert!(store.get(&partition, &lease).await.expect("get").is_some(), "the ephemeral record expired");
+    session.close().await.expect("close");
+    assert_eq!(store.get(&partition, &lease).await.expect("get"), None);
+}
+
+/// Reads that stop early (a scan with a limit, a caller's timeout) reset their HTTP/2
+/// streams while the server is still sending. Under a `bench consume`-like load of
+/// thousands of them the connection must stay healthy: h2 by default remembers 10 reset
+/// streams, counts frames on forgotten ones as errors and closes the connection after 1024.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancelled_reads_under_load_keep_the_connection_healthy() {
+    const RECORDS: usize = 2_500; // three RangeScan messages of at most 1000 records
+    const SCANS: usize = 3_000;
+    const CONCURRENCY: usize = 48;
+    let store = store().await;
+    let partition = format!("reset-load-{}", fresh_log_id().0);
+    let value = Bytes::from(vec![b'v'; 512]);
+    let puts = (0..RECORDS).map(|i| {
+        let key = format!("/lakestream-oxia-test/{partition}/{i:06}");
+        let (store, partition, value) = (store.clone(), partition.clone(), value.clone());
+        async move { store.put(&partition, &key, value, PutCondition::None).await }
+    });
+    for result in futures::future::join_all(puts).await {
+        result.expect("put");
+    }
+    let (start, end) =
+        (format!("/lakestream-oxia-test/{partition}/"), format!("/lakestream-oxia-test/{partition}//"));
+    let failures = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let next = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let workers = (0..CONCURRENCY).map(|worker| {
+        let (store, partition, start, end) = (store.clone(), partition.clone(), start.clone(), end.clone());
+        let (failures, next) = (Arc::clone(&failures), Arc::clone(&next));
+        tokio::spawn(async move {
+            while next.fetch_add(1, std::sync::atomic::Ordering::Relaxed) < SCANS {
+                let scan = store.scan(&partition, &start, &end, Some(1));
+                if worker % 4 == 0 {
+                    // A caller that gives up mid-read: its stream is reset too.
+                    let _ = tokio::time::timeout(Duration::from_micros(300), scan).await;
+                    continue;
+                }
+                match scan.await {
+                    Ok(records) if records.len() == 1 => {}
+                    other => {
+                        eprintln!("scan failed: {other:?}");
+                        failures.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    }
+                }
+            }
+        })
+    });
+    for worker in futures::future::join_all(workers).await {
+        worker.expect("joined");
+    }
+    assert_eq!(failures.load(std::sync::atomic::Ordering::Relaxed), 0, "reads failed under load");
+    let all = store.list(&partition, &start, &end).await.expect("a read after the load");
+    assert_eq!(all.len(), RECORDS);
+}
+
+/// A connection that fails is re-established without failing the read: reads through a
+/// relay that cuts every connection again and again all succeed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reads_survive_dropped_connections() {
+    let relay = relay::Relay::start(&server_address()).await;
+    let store = OxiaStore::connect(OxiaConfig {
+        request_timeout: Duration::from_secs(10),
+        ..OxiaConfig::new([relay.address()])
+    })
+    .await
+    .expect("connect through the relay");
+    let log = fresh_log_id();
+    let partition = keys::partition(log);
+    let key = format!("/lakestream-oxia-test/drops/{}", log.0);
+    store.put(&partition, &key, Bytes::from_static(b"kept"), PutCondition::None).await.expect("put");
+    for round in 0..20 {
+        relay.cut();
+        let read = store.get(&partition, &key).await;
+        assert_eq!(
+            read.map(|r| r.map(|r| r.value)),
+            Ok(Some(Bytes::from_static(b"kept"))),
+            "read {round} after a cut"
+        );
+    }
+}
+
+/// A throw-away `oxia standalone` process for checks that need a server configured otherwise
+/// than the shared one: the binary comes from `LAKESTREAM_TEST_OXIA_BIN` (set by
+/// `scripts/test`); it runs on a free loopback port over a temporary directory and is killed
+/// when dropped.
+mod standalone {
+    use std::process::{Child, Command, Stdio};
+    use std::time::Duration;
+
+    pub struct Server {
+        child: Child,
+        address: String,
+        _dir: tempfile::TempDir,
+    }
+
+    fn free_port() -> u16 {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind a free port");
+        listener.local_addr().expect("local address").port()
+    }
+
+    impl Server {
+        pub async fn start(extra: &[&str]) -> Self {
+            let binary = std::env::var("LAKESTREAM_TEST_OXIA_BIN").unwrap_or_else(|_| {
+                panic!("LAKESTREAM_TEST_OXIA_BIN is not set: run `scripts/test`, or point it at an Oxia 0.17.1 binary")
+            });
+            let dir = tempfile::tempdir().expect("a temporary directory");
+            let (port, metrics) = (free_port(), free_port());
+            let address = format!("127.0.0.1:{port}");
+            let child = Command::new(&binary)
+                .arg("standalone")
+                .args(["-p", &address, "-m", &format!("127.0.0.1:{metrics}")])
+                .arg("--data-dir")
+                .arg(dir.path().join("db"))
+                .arg("--wal-dir")
+                .arg(dir.path().join("wal"))
+                .arg("--wal-sync-data=false")
+                .args(extra)
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .unwrap_or_else(|e| panic!("start {binary}: {e}"));
+            let server = Self { child, address, _dir: dir };
+            for _ in 0..300 {
+                if tokio::net::TcpStream::connect(&server.address).await.is_ok() {
+                    return server;
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            panic!("oxia standalone {extra:?} did not listen on {} within 30 s", server.address);
+        }
+
+        pub fn address(&self) -> String {
+            self.address.clone()
+        }
+    }
+
+    impl Drop for Server {
+        fn drop(&mut self) {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
 }
 
 /// A TCP relay to the real server: it forwards bytes both ways, and on request holds back
@@ -370,6 +567,12 @@ mod relay {
         generation: u64,
     ) {
         let mut buffer = vec![0u8; 64 * 1024];
+        // Mark the current generation seen, so `changed` waits for the next cut: a receiver
+        // cloned after a cut would otherwise report that cut at once and drop the new
+        // connection.
+        if *cuts.borrow_and_update() != generation {
+            return;
+        }
         loop {
             if *cuts.borrow() != generation {
                 return;
