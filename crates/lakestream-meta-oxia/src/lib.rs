@@ -70,6 +70,8 @@ pub mod routing;
 pub mod rpc;
 pub mod session;
 pub mod store;
+#[cfg(feature = "testkit")]
+pub mod testkit;
 pub mod write_stream;
 
 pub use client::OxiaClient;

@@ -24,19 +24,14 @@ use lakestream_format::keys;
 use lakestream_meta::conformance::{self, StoreFactory};
 use lakestream_meta::{MetaError, MetaStore, PutCondition, Session};
 use lakestream_meta_oxia::errors::OxiaErrorKind;
+use lakestream_meta_oxia::testkit::{self, StandaloneOxia};
 use lakestream_meta_oxia::{
     LEGACY_SERVICE_NAME, OxiaClient, OxiaConfig, OxiaStore, ShardMap, V1_SERVICE_NAME, shard_sessions_from_id,
 };
 
-const NEEDS_SERVER: &str = "needs a real Oxia server: run `scripts/test`, or start `oxia standalone --shards 4` \
-     (e.g. `docker compose up oxia`) and set LAKESTREAM_TEST_OXIA=host:port";
-
 /// The server under test; panics (never skips) when it is not configured.
 fn server_address() -> String {
-    match std::env::var("LAKESTREAM_TEST_OXIA") {
-        Ok(address) if !address.is_empty() => address,
-        _ => panic!("{NEEDS_SERVER}"),
-    }
+    testkit::shared_address()
 }
 
 fn config() -> OxiaConfig {
@@ -104,7 +99,7 @@ async fn connect_refuses_a_namespace_without_hierarchical_key_order() {
     let store = store().await;
     store.check_key_order().await.expect("hierarchical key order");
 
-    let natural = standalone::Server::start(&["--key-sorting", "natural", "-s", "1"]).await;
+    let natural = StandaloneOxia::start(1, &["--key-sorting", "natural"]).await;
     let refused =
         OxiaStore::connect(OxiaConfig::new([natural.address()])).await.expect_err("natural order refused");
     assert!(matches!(refused, MetaError::InvalidRequest(_)), "{refused:?}");
@@ -421,69 +416,6 @@ async fn reads_survive_dropped_connections() {
             Ok(Some(Bytes::from_static(b"kept"))),
             "read {round} after a cut"
         );
-    }
-}
-
-/// A throw-away `oxia standalone` process for checks that need a server configured otherwise
-/// than the shared one: the binary comes from `LAKESTREAM_TEST_OXIA_BIN` (set by
-/// `scripts/test`); it runs on a free loopback port over a temporary directory and is killed
-/// when dropped.
-mod standalone {
-    use std::process::{Child, Command, Stdio};
-    use std::time::Duration;
-
-    pub struct Server {
-        child: Child,
-        address: String,
-        _dir: tempfile::TempDir,
-    }
-
-    fn free_port() -> u16 {
-        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind a free port");
-        listener.local_addr().expect("local address").port()
-    }
-
-    impl Server {
-        pub async fn start(extra: &[&str]) -> Self {
-            let binary = std::env::var("LAKESTREAM_TEST_OXIA_BIN").unwrap_or_else(|_| {
-                panic!("LAKESTREAM_TEST_OXIA_BIN is not set: run `scripts/test`, or point it at an Oxia 0.17.1 binary")
-            });
-            let dir = tempfile::tempdir().expect("a temporary directory");
-            let (port, metrics) = (free_port(), free_port());
-            let address = format!("127.0.0.1:{port}");
-            let child = Command::new(&binary)
-                .arg("standalone")
-                .args(["-p", &address, "-m", &format!("127.0.0.1:{metrics}")])
-                .arg("--data-dir")
-                .arg(dir.path().join("db"))
-                .arg("--wal-dir")
-                .arg(dir.path().join("wal"))
-                .arg("--wal-sync-data=false")
-                .args(extra)
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .spawn()
-                .unwrap_or_else(|e| panic!("start {binary}: {e}"));
-            let server = Self { child, address, _dir: dir };
-            for _ in 0..300 {
-                if tokio::net::TcpStream::connect(&server.address).await.is_ok() {
-                    return server;
-                }
-                tokio::time::sleep(Duration::from_millis(100)).await;
-            }
-            panic!("oxia standalone {extra:?} did not listen on {} within 30 s", server.address);
-        }
-
-        pub fn address(&self) -> String {
-            self.address.clone()
-        }
-    }
-
-    impl Drop for Server {
-        fn drop(&mut self) {
-            let _ = self.child.kill();
-            let _ = self.child.wait();
-        }
     }
 }
 

@@ -93,10 +93,19 @@ pub struct Load {
 
 /// Runs every producer until `stop` turns true; returns how many entries they sent.
 pub async fn produce(api: Api, load: Load, ledger: Ledger, stop: watch::Receiver<bool>) -> u64 {
+    produce_through(vec![api], load, ledger, stop).await
+}
+
+/// As [`produce`], with the producers of each partition spread over several writer
+/// processes in turn (producer `w` uses `apis[w % apis.len()]`), so that writers append to
+/// the same logs at once.
+pub async fn produce_through(apis: Vec<Api>, load: Load, ledger: Ledger, stop: watch::Receiver<bool>) -> u64 {
+    assert!(!apis.is_empty(), "produce_through needs at least one writer");
     let mut tasks = Vec::new();
     for p in 0..load.partitions {
         for w in 0..load.producers_per_partition {
-            let (api, load, ledger, stop) = (api.clone(), load.clone(), ledger.clone(), stop.clone());
+            let api = apis[w as usize % apis.len()].clone();
+            let (load, ledger, stop) = (load.clone(), ledger.clone(), stop.clone());
             tasks.push(tokio::spawn(async move { producer(api, load, ledger, stop, p, w).await }));
         }
     }

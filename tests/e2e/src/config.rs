@@ -28,6 +28,8 @@ impl Roles {
     pub const WRITER: Roles = Roles { writer: true, reader: false, catalog: true, compactor: false };
     /// The reader service (with the catalog, as `deploy/reader.toml`).
     pub const READER: Roles = Roles { writer: false, reader: true, catalog: true, compactor: false };
+    /// A catalog service alone (namespaces and streams).
+    pub const CATALOG: Roles = Roles { writer: false, reader: false, catalog: true, compactor: false };
     /// The compactor service.
     pub const COMPACTOR: Roles = Roles { writer: false, reader: false, catalog: false, compactor: true };
 }

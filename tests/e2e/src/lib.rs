@@ -13,10 +13,9 @@
 //! | `containers` | (feature `testcontainers`) Oxia and MinIO in Docker |
 //!
 //! The suites in `tests/` fail, never skip, when what they need is missing: the S3 variables
-//! (`scripts/test` sets them), the `lakestream` binary (`cargo build -p lakestream-cli`). The
-//! separate-process topology needs a real Oxia and is `#[ignore]`d with that reason; with
-//! `LAKESTREAM_TEST_OXIA_ADDR` set it runs with `--ignored` and fails if the server does not
-//! answer. See `docs/reliability.md` for what each suite proves and the soak commands.
+//! (`scripts/test` sets them), the `lakestream` binary (`cargo build -p lakestream-cli`), and
+//! for the separate-process topology a real Oxia (`LAKESTREAM_TEST_OXIA`, also set by
+//! `scripts/test`). See `docs/reliability.md` for what each suite proves and the soak commands.
 #![deny(missing_docs)]
 
 pub mod api;

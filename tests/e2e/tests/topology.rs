@@ -1,16 +1,13 @@
-//! The separate-process topology of `docker-compose.yml`: a writer, a reader and a compactor
-//! process sharing a real Oxia server and the S3 server. Only Oxia gives processes a shared
-//! metadata store, so this suite needs one:
+//! The separate-process topology of production: a catalog, two writers, a reader and a
+//! compactor process sharing a real Oxia server and the S3 server. Only Oxia gives processes
+//! a shared metadata store, so this suite needs one; `scripts/test` starts it and sets
+//! `LAKESTREAM_TEST_OXIA`. Without it the test fails with instructions (it never skips).
 //!
-//! ```sh
-//! LAKESTREAM_TEST_OXIA_ADDR=127.0.0.1:6648 cargo test -p lakestream-e2e --test topology -- --ignored
-//! ```
-//!
-//! It checks produce (writer) → consume (reader) → compact (compactor) → consume again,
-//! identical; then runs the checker's producers while each process is killed with SIGKILL
-//! and restarted once, and verifies through the reader. Without the variable the test is
-//! ignored with that reason (never passed silently); with it set but the server unreachable,
-//! it fails. With the `testcontainers` feature, a second test starts Oxia and MinIO in Docker.
+//! It checks create (catalog) → produce (both writers) → consume (reader) → compact
+//! (compactor) → consume again, identical; then runs the checker's producers through both
+//! writers at once, on the same logs, while each process is killed with SIGKILL and restarted
+//! once, and verifies through the reader. With the `testcontainers` feature, a second test
+//! starts Oxia and MinIO in Docker.
 
 mod common;
 
@@ -50,25 +47,33 @@ async fn separate_processes(oxia: &str, s3: S3Env, suite: &str) {
     // Oxia keeps its state across runs: every run has its own S3 prefix and stream names.
     let prefix = common::run_id(suite, seed);
     let mut procs = [
-        start("writer", Roles::WRITER, dir.path(), oxia, &s3, &prefix).await,
+        start("catalog", Roles::CATALOG, dir.path(), oxia, &s3, &prefix).await,
+        start("writer-a", Roles::WRITER, dir.path(), oxia, &s3, &prefix).await,
+        start("writer-b", Roles::WRITER, dir.path(), oxia, &s3, &prefix).await,
         start("reader", Roles::READER, dir.path(), oxia, &s3, &prefix).await,
         start("compactor", Roles::COMPACTOR, dir.path(), oxia, &s3, &prefix).await,
     ];
-    const WRITER: usize = 0;
-    const READER: usize = 1;
-    const COMPACTOR: usize = 2;
-    let w = Api::new(&procs[WRITER].url(), Duration::from_secs(10));
+    const CATALOG: usize = 0;
+    const WRITER_A: usize = 1;
+    const WRITER_B: usize = 2;
+    const READER: usize = 3;
+    const COMPACTOR: usize = 4;
+    let catalog = Api::new(&procs[CATALOG].url(), Duration::from_secs(10));
+    let writers = [WRITER_A, WRITER_B].map(|i| Api::new(&procs[i].url(), Duration::from_secs(10)));
     let r = Api::new(&procs[READER].url(), Duration::from_secs(30));
 
-    // produce → consume → compact → consume again.
+    // create → produce through both writers → consume → compact → consume again.
     let stream = format!("topology-{seed:x}");
-    let logs = w.create_stream(NS, &stream, 3).await.unwrap_or_else(|e| panic!("{e}"));
-    let acked = common::produce_varied(&w, NS, &stream, 3, &mut rng).await;
+    let logs = catalog.create_stream(NS, &stream, 3).await.unwrap_or_else(|e| panic!("{e}"));
+    let mut acked = 0;
+    for w in &writers {
+        acked += common::produce_varied(w, NS, &stream, 3, &mut rng).await;
+    }
     let before = common::read_partitions(&r, NS, &stream, 3, Duration::from_secs(30)).await;
     assert_eq!(
         before.values().map(Vec::len).sum::<usize>(),
         acked,
-        "the reader process reads every acknowledged entry"
+        "the reader process reads every entry both writers acknowledged"
     );
     common::wait_compacted(&procs[COMPACTOR], &logs, &before, Duration::from_secs(90)).await;
     let after = common::read_partitions(&r, NS, &stream, 3, Duration::from_secs(30)).await;
@@ -83,11 +88,12 @@ async fn separate_processes(oxia: &str, s3: S3Env, suite: &str) {
         entry_bytes: 300,
         max_attempts: 400,
     };
-    w.create_stream(NS, &load.stream, load.partitions).await.unwrap_or_else(|e| panic!("{e}"));
+    catalog.create_stream(NS, &load.stream, load.partitions).await.unwrap_or_else(|e| panic!("{e}"));
     let ledger = Ledger::default();
     let (stop_tx, stop) = watch::channel(false);
-    let producers = tokio::spawn(checker::produce(w.clone(), load.clone(), ledger.clone(), stop));
-    for i in [WRITER, COMPACTOR, READER, WRITER] {
+    let producers =
+        tokio::spawn(checker::produce_through(writers.to_vec(), load.clone(), ledger.clone(), stop));
+    for i in [WRITER_A, COMPACTOR, READER, WRITER_B, CATALOG] {
         let service = &mut procs[i];
         tokio::time::sleep(Duration::from_millis(rng.between(1000, 3000))).await;
         println!("{suite}: kill -9 {} (pid {:?})", service.name(), service.pid());
@@ -117,19 +123,17 @@ async fn separate_processes(oxia: &str, s3: S3Env, suite: &str) {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "needs a real Oxia server: set LAKESTREAM_TEST_OXIA_ADDR"]
-async fn writer_reader_and_compactor_as_separate_processes_on_oxia() {
+async fn catalog_writers_reader_and_compactor_as_separate_processes_on_oxia() {
     let oxia = env::oxia_addr().unwrap_or_else(|| {
-        panic!("LAKESTREAM_TEST_OXIA_ADDR is not set: this test needs a real Oxia server (host:port), e.g. `docker compose up -d oxia`")
+        panic!("LAKESTREAM_TEST_OXIA is not set: this test needs a real Oxia server (host:port); run `scripts/test`, or e.g. `docker compose up -d oxia`")
     });
-    env::check_reachable("Oxia (LAKESTREAM_TEST_OXIA_ADDR)", &oxia, Duration::from_secs(5))
+    env::check_reachable("Oxia (LAKESTREAM_TEST_OXIA)", &oxia, Duration::from_secs(5))
         .unwrap_or_else(|e| panic!("{e}"));
     separate_processes(&oxia, common::s3(), "topology").await;
 }
 
 #[cfg(feature = "testcontainers")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "needs Docker: cargo test -p lakestream-e2e --features testcontainers --test topology -- --ignored"]
 async fn separate_processes_on_oxia_and_minio_in_docker() {
     let containers = lakestream_e2e::containers::Containers::start().await.unwrap_or_else(|e| panic!("{e}"));
     println!("containers: {containers:?}");

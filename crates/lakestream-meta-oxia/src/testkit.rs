@@ -1,0 +1,151 @@
+//! Real Oxia servers for tests (feature `testkit`): the shared server that `scripts/test`
+//! starts, and throw-away `oxia standalone` processes for tests that need a fresh store, a
+//! server configured otherwise, or one to kill and restart.
+//!
+//! Nothing here fakes Oxia: a test that needs a server and finds none fails with instructions
+//! (it never skips).
+//!
+//! | variable | set by `scripts/test` to |
+//! |---|---|
+//! | `LAKESTREAM_TEST_OXIA` | `host:port` of the shared `oxia standalone --shards 4` |
+//! | `LAKESTREAM_TEST_OXIA_BIN` | the Oxia binary, for [`StandaloneOxia`] |
+
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use crate::{OxiaConfig, OxiaStore};
+
+const HOW_TO_RUN: &str = "run `scripts/test`, which builds and starts Oxia 0.17.1, or start \
+     `oxia standalone --shards 4` yourself (e.g. `docker compose up oxia`)";
+
+/// The shared server's address, from `LAKESTREAM_TEST_OXIA`. Panics with instructions when it
+/// is not set.
+pub fn shared_address() -> String {
+    match std::env::var("LAKESTREAM_TEST_OXIA") {
+        Ok(address) if !address.trim().is_empty() => address,
+        _ => panic!(
+            "this test needs a real Oxia server: LAKESTREAM_TEST_OXIA=host:port is not set; {HOW_TO_RUN}"
+        ),
+    }
+}
+
+/// A store on the shared server (request timeout 10 s).
+pub async fn shared_store() -> OxiaStore {
+    let address = shared_address();
+    let config =
+        OxiaConfig { request_timeout: Duration::from_secs(10), ..OxiaConfig::new([address.clone()]) };
+    OxiaStore::connect(config)
+        .await
+        .unwrap_or_else(|e| panic!("connect to the Oxia server at {address}: {e}"))
+}
+
+/// The Oxia binary, from `LAKESTREAM_TEST_OXIA_BIN`. Panics with instructions when it is not
+/// set.
+pub fn binary() -> PathBuf {
+    match std::env::var("LAKESTREAM_TEST_OXIA_BIN") {
+        Ok(path) if !path.trim().is_empty() => PathBuf::from(path),
+        _ => {
+            panic!("this test starts its own Oxia server: LAKESTREAM_TEST_OXIA_BIN is not set; {HOW_TO_RUN}")
+        }
+    }
+}
+
+fn free_port() -> u16 {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind a free loopback port");
+    listener.local_addr().expect("a local address").port()
+}
+
+/// An `oxia standalone` process of the test's own, on a free loopback port over a temporary
+/// directory (no fsync), killed when dropped. It can be killed with SIGKILL and restarted on
+/// the same port and directories.
+#[derive(Debug)]
+pub struct StandaloneOxia {
+    child: Option<Child>,
+    address: String,
+    args: Vec<String>,
+    dir: tempfile::TempDir,
+}
+
+impl StandaloneOxia {
+    /// Starts a server with `shards` shards and the extra arguments `extra` (e.g.
+    /// `["--key-sorting", "natural"]`), and waits until it accepts connections.
+    pub async fn start(shards: u32, extra: &[&str]) -> Self {
+        let dir = tempfile::tempdir().expect("a temporary directory for Oxia");
+        let address = format!("127.0.0.1:{}", free_port());
+        let metrics = format!("127.0.0.1:{}", free_port());
+        let mut args: Vec<String> = ["standalone", "-p", &address, "-m", &metrics, "-s", &shards.to_string()]
+            .map(str::to_owned)
+            .to_vec();
+        for (flag, sub) in [("--data-dir", "db"), ("--wal-dir", "wal")] {
+            args.push(flag.to_owned());
+            args.push(dir.path().join(sub).display().to_string());
+        }
+        args.push("--wal-sync-data=false".to_owned());
+        args.extend(extra.iter().map(|s| (*s).to_owned()));
+        let mut server = Self { child: None, address, args, dir };
+        server.spawn_and_wait().await;
+        server
+    }
+
+    async fn spawn_and_wait(&mut self) {
+        let binary = binary();
+        let log = std::fs::File::create(self.dir.path().join("oxia.log")).expect("create the Oxia log");
+        let child = Command::new(&binary)
+            .args(&self.args)
+            .stdout(Stdio::from(log.try_clone().expect("clone the log handle")))
+            .stderr(Stdio::from(log))
+            .spawn()
+            .unwrap_or_else(|e| panic!("start {}: {e}", binary.display()));
+        self.child = Some(child);
+        for _ in 0..600 {
+            if tokio::net::TcpStream::connect(&self.address).await.is_ok() {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        panic!("oxia {:?} did not listen on {} within 30 s; log:\n{}", self.args, self.address, self.log());
+    }
+
+    /// `host:port` of the server.
+    pub fn address(&self) -> String {
+        self.address.clone()
+    }
+
+    /// A store on this server (request timeout 10 s).
+    pub async fn store(&self) -> OxiaStore {
+        let config =
+            OxiaConfig { request_timeout: Duration::from_secs(10), ..OxiaConfig::new([self.address()]) };
+        OxiaStore::connect(config).await.unwrap_or_else(|e| panic!("connect to {}: {e}", self.address))
+    }
+
+    /// The server's process id, while it runs.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
+    /// Kills the server with SIGKILL (no shutdown) and reaps it.
+    pub fn kill9(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Starts the server again on the same port and directories.
+    pub async fn restart(&mut self) {
+        self.kill9();
+        self.spawn_and_wait().await;
+    }
+
+    /// What the server logged so far.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("oxia.log")).unwrap_or_default()
+    }
+}
+
+impl Drop for StandaloneOxia {
+    fn drop(&mut self) {
+        self.kill9();
+    }
+}
