@@ -567,3 +567,31 @@ async fn a_repeated_event_within_one_request_is_appended_once() {
     assert_eq!(consume(&s.base, "rep", 0, "").await.header("lakestream-offsets").as_deref(), Some("0,1"));
     s.stop().await;
 }
+
+#[tokio::test]
+async fn an_invalid_datacontenttype_is_a_400_naming_datacontenttype_not_data() {
+    let s = start().await;
+    let b = &s.base;
+    create_stream(b, "ct", 1).await;
+    let ok = r#""specversion":"1.0","id":"1","source":"/s","type":"t""#;
+    // Object data used to be judged against the bad content type and refused as `data`.
+    for body in [
+        format!(r#"{{{ok},"datacontenttype":"nonsense","data":{{"a":1}}}}"#),
+        format!(r#"{{{ok},"datacontenttype":"application/json;","data":[1]}}"#),
+        format!(r#"{{{ok},"datacontenttype":"nonsense","data_base64":"AAH/"}}"#),
+    ] {
+        for (answer, what) in [
+            (post_structured(b, "ct", &body).await, "structured"),
+            (post_batch(b, &events_path("ct"), &format!("[{body}]")).await, "batch"),
+        ] {
+            assert_eq!(answer.status, StatusCode::BAD_REQUEST, "{what} {body}");
+            let error = answer.json()["error"].clone();
+            assert_eq!(error["attribute"], "datacontenttype", "{what} {body}: {error}");
+            let message = error["message"].as_str().unwrap_or_default();
+            assert!(message.contains("datacontenttype"), "{what} {body}: {message}");
+        }
+    }
+    let read = consume(b, "ct", 0, "").await;
+    assert_eq!(read.body, b"[]", "nothing was appended");
+    s.stop().await;
+}
