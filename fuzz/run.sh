@@ -14,8 +14,9 @@
 #   LAKESTREAM_FUZZ_BUILD_ARGS  extra `cargo fuzz build/run` arguments (e.g. `--dev`)
 #   LAKESTREAM_FUZZ_TIMEOUT     seconds one input may take before it counts as a hang (30)
 #
-# Known: `compacted` reaches upstream parquet/arrow-buffer 60.1 bugs (a panic and a CPU hang on
-# crafted footers, see docs/format.md); the regressions are pinned in
+# Known: `compacted` reaches upstream parquet/arrow-buffer 60.1 bugs (a panic, which the reader
+# contains outside fuzzing but libFuzzer's hook still aborts on, and a CPU hang on crafted
+# footers, see docs/format.md); the regressions are pinned in
 # crates/lakestream-format/tests/compacted_fuzz_regressions.rs.
 set -euo pipefail
 seconds="${1:-60}"

@@ -268,12 +268,20 @@ fn validate(attributes: &[Attribute]) -> Result<()> {
             return Err(CeError::attribute(non_empty, "must not be empty when present"));
         }
     }
-    if let Some(content_type) = find("datacontenttype")
-        && !is_media_type(&content_type.value)
-    {
+    if let Some(content_type) = find("datacontenttype") {
+        check_content_type(&content_type.value)?;
+    }
+    Ok(())
+}
+
+/// Checks a `datacontenttype` value: an RFC 2046 media type. Codecs that interpret `data` by
+/// its content type call this first, so a bad content type is reported as itself rather than
+/// as data that does not fit it.
+pub(crate) fn check_content_type(value: &str) -> Result<()> {
+    if !is_media_type(value) {
         return Err(CeError::attribute(
             "datacontenttype",
-            format!("{:?} is not an RFC 2046 media type (type/subtype[;param=value])", content_type.value),
+            format!("{value:?} is not an RFC 2046 media type (type/subtype[;param=value])"),
         ));
     }
     Ok(())

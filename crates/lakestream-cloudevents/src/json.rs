@@ -103,6 +103,10 @@ fn event_from_members(members: Members) -> Result<CloudEvent> {
     // `"data_base64": null` is an unset member; `"data": null` is an explicit null payload.
     let data_base64 = data_base64.filter(|raw| raw.get() != "null");
     let content_type = attributes.iter().find(|a| a.name == "datacontenttype").map(|a| a.value.clone());
+    // `data` is read according to the content type, so the content type is checked first.
+    if let Some(content_type) = &content_type {
+        crate::event::check_content_type(content_type)?;
+    }
     let data = match (data, data_base64) {
         (Some(_), Some(_)) => {
             return Err(CeError::attribute("data", "an event must not have both `data` and `data_base64`"));
@@ -326,6 +330,27 @@ mod tests {
     fn non_json_data_must_be_a_string() {
         let body = format!(r#"{{{MINIMAL},"datacontenttype":"text/plain","data":{{}}}}"#);
         assert_eq!(rejected(&body).attribute_name(), Some("data"));
+    }
+
+    #[test]
+    fn invalid_datacontenttype_is_reported_on_datacontenttype_not_on_data() {
+        // Object data with a bad content type used to be refused as "data must be a JSON
+        // string", hiding the real mistake.
+        for (content_type, data) in [
+            ("xyz", r#""data":{"a":1}"#),
+            ("xyz", r#""data":"text""#),
+            ("application/json;", r#""data":{}"#),
+            ("text plain", r#""data":[1]"#),
+            ("xyz", r#""data_base64":"AAH/""#),
+        ] {
+            let body = format!(r#"{{{MINIMAL},"datacontenttype":"{content_type}",{data}}}"#);
+            let error = rejected(&body);
+            assert_eq!(error.attribute_name(), Some("datacontenttype"), "{body}: {error}");
+            assert!(error.to_string().contains(&format!("{content_type:?}")), "{body}: {error}");
+            let batch = format!("[{body}]");
+            let error = decode_batch(batch.as_bytes()).unwrap_err();
+            assert_eq!(error.attribute_name(), Some("datacontenttype"), "{batch}: {error}");
+        }
     }
 
     #[test]

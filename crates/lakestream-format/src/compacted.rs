@@ -332,11 +332,32 @@ pub fn footer_metadata_len(tail: &[u8]) -> Result<usize> {
 
 /// Decodes the footer metadata (the bytes before the tail).
 pub fn decode_footer(metadata: &[u8]) -> Result<Arc<ParquetMetaData>> {
-    ParquetMetaDataReader::decode_metadata(metadata).map(Arc::new).map_err(|e| corrupt(&e))
+    guarded("decoding the footer", || {
+        ParquetMetaDataReader::decode_metadata(metadata).map(Arc::new).map_err(|e| corrupt(&e))
+    })
 }
 
 fn corrupt(error: &parquet::errors::ParquetError) -> FormatError {
     FormatError::corrupt(STRUCTURE, error.to_string())
+}
+
+/// Runs `decode`, a call into `parquet`/`arrow`, turning a panic into a corrupt-data error.
+///
+/// `parquet` / `arrow-buffer` 60.1 still assert on some crafted files (docs/format.md, "Known
+/// limits of the Parquet reader"), and bytes from storage must never take a reader down.
+/// Unwind safety: `decode` only reads the caller's state, and whatever it built is dropped
+/// with the panic, so nothing half-updated is observed afterwards. The panic hook still
+/// prints its message to stderr once; the error returned names the file's rows or footer.
+/// Under `panic = "abort"` (not our profiles; cargo-fuzz's) nothing can be caught.
+fn guarded<T>(what: &str, decode: impl FnOnce() -> Result<T>) -> Result<T> {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(decode)).unwrap_or_else(|panic| {
+        let message = panic
+            .downcast_ref::<&str>()
+            .map(|s| (*s).to_owned())
+            .or_else(|| panic.downcast_ref::<String>().cloned())
+            .unwrap_or_else(|| "no message".to_owned());
+        Err(FormatError::corrupt(STRUCTURE, format!("{what}: the Parquet decoder panicked: {message}")))
+    })
 }
 
 /// Reads a compacted file through a [`ChunkReader`]: the whole file as [`Bytes`], or only the
@@ -381,7 +402,9 @@ impl<R: ChunkReader + Clone + 'static> CompactedFileReader<R> {
     /// Reads the footer from `chunks` and checks the file against `bindings` (usually
     /// [`KNOWN_BINDINGS`]).
     pub fn open(chunks: R, bindings: &[Binding]) -> Result<Self> {
-        let footer = ParquetMetaDataReader::new().parse_and_finish(&chunks).map_err(|e| corrupt(&e))?;
+        let footer = guarded("decoding the footer", || {
+            ParquetMetaDataReader::new().parse_and_finish(&chunks).map_err(|e| corrupt(&e))
+        })?;
         Self::with_footer(chunks, Arc::new(footer), bindings)
     }
 
@@ -407,7 +430,9 @@ impl<R: ChunkReader + Clone + 'static> CompactedFileReader<R> {
         let chunk_ranges = column_chunk_ranges(&footer, chunks.len())?;
         // Decode `payload` as Binary whatever Arrow schema a foreign writer stored.
         let options = ArrowReaderOptions::new().with_skip_arrow_metadata(true);
-        let metadata = ArrowReaderMetadata::try_new(footer, options).map_err(|e| corrupt(&e))?;
+        let metadata = guarded("reading the schema", || {
+            ArrowReaderMetadata::try_new(footer, options).map_err(|e| corrupt(&e))
+        })?;
         Ok(Self { chunks, metadata, binding, row_group_starts, chunk_ranges })
     }
 
@@ -446,6 +471,11 @@ impl<R: ChunkReader + Clone + 'static> CompactedFileReader<R> {
         if rows.is_empty() {
             return Ok(Vec::new());
         }
+        guarded(&format!("reading rows {}..{}", rows.start, rows.end), || self.decode_payloads(rows.clone()))
+    }
+
+    /// [`Self::read_payloads`] for a checked, non-empty row range.
+    fn decode_payloads(&self, rows: Range<u64>) -> Result<Vec<Bytes>> {
         let groups = self.row_groups_for(&rows);
         let first_row = self.row_group_starts[groups.start];
         let wanted = rows.end - rows.start;

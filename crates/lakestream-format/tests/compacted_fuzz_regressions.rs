@@ -1,7 +1,8 @@
 //! Regression inputs for the compacted-file reader, found by `fuzz/fuzz_targets/compacted.rs`.
 //! Each is a mutated compacted file on which `parquet` 60.1 itself panicked before the reader
-//! checked column-chunk ranges and stopped using `parquet`'s row skipping. The reader must
-//! return an error (or rows) and never panic.
+//! checked column-chunk ranges and stopped using `parquet`'s row skipping, or that still panics
+//! inside `parquet`/`arrow` and is contained by the reader. The reader must return an error (or
+//! rows) and never panic.
 
 use bytes::Bytes;
 use lakestream_format::compacted::{CompactedFileReader, KNOWN_BINDINGS};
@@ -105,10 +106,15 @@ fn compacted_plain_byte_array_overrun_is_refused_not_a_panic() {
     assert_eq!(err.class(), lakestream_format::ErrorClass::CorruptData, "{err}");
 }
 
-/// Still panics inside `parquet`/`arrow-buffer` 60.1 (an upstream bug we report rather than
-/// catch with `catch_unwind`). Run with `--ignored` after upgrading `parquet`.
+/// `arrow-buffer` 60.1 still panics on this file (an upstream bug); the reader contains the
+/// panic and reports the file as corrupt.
 #[test]
-#[ignore = "upstream panic in arrow-buffer 60.1 BitChunks::new; reported, not caught"]
 fn compacted_definition_levels_overrun_is_refused_not_a_panic() {
-    assert!(read_all(DEFINITION_LEVELS_OVERRUN).is_err());
+    let err = read_all(DEFINITION_LEVELS_OVERRUN).unwrap_err();
+    assert_eq!(err.class(), lakestream_format::ErrorClass::CorruptData, "{err}");
+    let message = err.to_string();
+    assert!(
+        message.contains("compacted Parquet file") && message.contains("decoder panicked"),
+        "the error should name the structure and the contained panic: {message}"
+    );
 }

@@ -12,7 +12,9 @@
 //! | create or drop a stream, add partitions | `admin` on the namespace |
 //!
 //! `admin` implies `write`, which implies `read`. A grant on `*` applies to every namespace.
-//! Health, readiness and metrics need no token. Tokens are compared in constant time and never
+//! A grant names the namespace itself (`"team a%"`), never its URL encoding: HTTP requests are
+//! checked against the percent-decoded `{ns}` the handlers use, gRPC calls against the
+//! request's `namespace` field. Health, readiness and metrics need no token. Tokens are compared in constant time and never
 //! printed (their `Debug` is masked).
 
 use std::collections::BTreeMap;
@@ -176,30 +178,27 @@ fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
     a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
-/// The namespace and permission a request needs, from its method and path (`None` for routes
-/// outside `/v1`, which need no token).
-pub fn required(method: &axum::http::Method, path: &str) -> Option<(Option<String>, Permission)> {
-    let parts: Vec<&str> = path.trim_matches('/').split('/').collect();
+/// The permission a request needs, from its method and the pattern of the route it matched
+/// (`/v1/namespaces/{ns}/streams/{stream}`, as registered with the router); `None` for routes
+/// outside `/v1`, which need no token. The namespace is not read from the path here: the
+/// caller takes the router's decoded `{ns}` parameter, the value the handlers use (a route
+/// without one needs a grant on `*`).
+pub fn required(method: &axum::http::Method, route: &str) -> Option<Permission> {
+    let parts: Vec<&str> = route.trim_matches('/').split('/').collect();
     if parts.first() != Some(&"v1") || parts.get(1) != Some(&"namespaces") {
         return None;
     }
     let read_or = |p: Permission| if method == axum::http::Method::GET { Permission::Read } else { p };
-    match parts.len() {
-        2 => Some((None, read_or(Permission::Admin))),
-        _ => {
-            let ns = Some(parts[2].to_string());
-            let permission = match (parts.get(3), parts.get(5), parts.get(7)) {
-                // …/partitions/{p}/entries|offsets|trim: produce and trim write; reads read.
-                (Some(&"streams"), Some(&"partitions"), Some(&"trim")) => Permission::Write,
-                (Some(&"streams"), Some(&"partitions"), Some(_)) => read_or(Permission::Write),
-                // …/streams/{stream}/events: CloudEvents ingest writes.
-                (Some(&"streams"), Some(&"events"), None) => read_or(Permission::Write),
-                // Streams: create, drop and add partitions are admin; reads are read.
-                _ => read_or(Permission::Admin),
-            };
-            Some((ns, permission))
-        }
-    }
+    let permission = match (parts.get(3), parts.get(5), parts.get(7)) {
+        // …/partitions/{p}/entries|offsets|trim|events: produce and trim write; reads read.
+        (Some(&"streams"), Some(&"partitions"), Some(&"trim")) => Permission::Write,
+        (Some(&"streams"), Some(&"partitions"), Some(_)) => read_or(Permission::Write),
+        // …/streams/{stream}/events: CloudEvents ingest writes.
+        (Some(&"streams"), Some(&"events"), None) => read_or(Permission::Write),
+        // Namespaces and streams: create, drop and add partitions are admin; reads are read.
+        _ => read_or(Permission::Admin),
+    };
+    Some(permission)
 }
 
 #[cfg(test)]
@@ -253,33 +252,22 @@ mod tests {
         let r = |m: Method, p: &str| required(&m, p);
         assert_eq!(r(Method::GET, "/healthz"), None);
         assert_eq!(r(Method::GET, "/metrics"), None);
-        assert_eq!(r(Method::POST, "/v1/namespaces"), Some((None, Permission::Admin)));
-        assert_eq!(r(Method::GET, "/v1/namespaces"), Some((None, Permission::Read)));
-        assert_eq!(r(Method::POST, "/v1/namespaces/a/streams"), Some((Some("a".into()), Permission::Admin)));
+        assert_eq!(r(Method::POST, "/v1/namespaces"), Some(Permission::Admin));
+        assert_eq!(r(Method::GET, "/v1/namespaces"), Some(Permission::Read));
+        assert_eq!(r(Method::POST, "/v1/namespaces/{ns}/streams"), Some(Permission::Admin));
+        assert_eq!(r(Method::GET, "/v1/namespaces/{ns}/streams"), Some(Permission::Read));
+        assert_eq!(r(Method::DELETE, "/v1/namespaces/{ns}/streams/{stream}"), Some(Permission::Admin));
         assert_eq!(
-            r(Method::DELETE, "/v1/namespaces/a/streams/s"),
-            Some((Some("a".into()), Permission::Admin))
+            r(Method::POST, "/v1/namespaces/{ns}/streams/{stream}/partitions"),
+            Some(Permission::Admin)
         );
-        assert_eq!(
-            r(Method::POST, "/v1/namespaces/a/streams/s/partitions"),
-            Some((Some("a".into()), Permission::Admin))
-        );
-        assert_eq!(
-            r(Method::POST, "/v1/namespaces/a/streams/s/partitions/0/entries"),
-            Some((Some("a".into()), Permission::Write))
-        );
-        assert_eq!(
-            r(Method::GET, "/v1/namespaces/a/streams/s/partitions/0/entries"),
-            Some((Some("a".into()), Permission::Read))
-        );
-        assert_eq!(
-            r(Method::POST, "/v1/namespaces/a/streams/s/partitions/0/trim"),
-            Some((Some("a".into()), Permission::Write))
-        );
-        assert_eq!(
-            r(Method::GET, "/v1/namespaces/a/streams/s/partitions/0/offsets"),
-            Some((Some("a".into()), Permission::Read))
-        );
+        let partition = "/v1/namespaces/{ns}/streams/{stream}/partitions/{p}";
+        assert_eq!(r(Method::POST, &format!("{partition}/entries")), Some(Permission::Write));
+        assert_eq!(r(Method::GET, &format!("{partition}/entries")), Some(Permission::Read));
+        assert_eq!(r(Method::POST, &format!("{partition}/trim")), Some(Permission::Write));
+        assert_eq!(r(Method::GET, &format!("{partition}/offsets")), Some(Permission::Read));
+        assert_eq!(r(Method::GET, &format!("{partition}/events")), Some(Permission::Read));
+        assert_eq!(r(Method::POST, "/v1/namespaces/{ns}/streams/{stream}/events"), Some(Permission::Write));
     }
 
     #[test]

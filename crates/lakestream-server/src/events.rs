@@ -344,8 +344,9 @@ pub struct Consumed {
     pub next_offset: u64,
 }
 
-/// Reads partition `partition` of `namespace/stream` from `offset` as CloudEvents (whole
-/// entries up to about `max_bytes`, waiting up to `max_wait` at the tail). Records stored
+/// Reads partition `partition` of `namespace/stream` from `offset` as CloudEvents, waiting up
+/// to `max_wait` at the tail: at least one event, then as many as fit in `max_bytes` counted
+/// as their JSON event format ([`served_size`]). Records stored
 /// with valid `ce_` headers come back as stored; any other record, and any entry that is not
 /// uncompressed Kafka record batches, gets a synthesized envelope (see [`synthesize`]).
 pub async fn consume(
@@ -376,7 +377,32 @@ pub async fn consume(
             events_of_entry(&stream, partition, &log, entry)?.into_iter().filter(|e| e.next_offset > offset),
         );
     }
-    Ok(Consumed { events, next_offset: batch.next_offset })
+    let mut next_offset = batch.next_offset;
+    // The reader bounds whole entries, but one entry holds a whole ingest request's events:
+    // bound the events too. At least one, then none that would take the total over.
+    let mut taken = 0usize;
+    let keep = events
+        .iter()
+        .take_while(|e| {
+            let size = served_size(&e.event);
+            let fits = taken == 0 || taken.saturating_add(size) <= max_bytes;
+            taken = taken.saturating_add(size);
+            fits
+        })
+        .count();
+    if keep < events.len() {
+        events.truncate(keep);
+        if let Some(last) = events.last() {
+            next_offset = last.next_offset;
+        }
+    }
+    Ok(Consumed { events, next_offset })
+}
+
+/// An event's size as `max_bytes` counts it: its JSON event format, as a structured consume
+/// serves it.
+fn served_size(event: &CloudEvent) -> usize {
+    json::encode_event(event).len()
 }
 
 /// The events of one stored entry.

@@ -15,14 +15,14 @@
 //! | GET | `…/partitions/{p}/offsets` | first and next offsets, trim marker |
 //! | POST | `…/partitions/{p}/trim` | soft trim |
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Instant;
 
 use axum::Router;
 use axum::extract::rejection::JsonRejection;
-use axum::extract::{DefaultBodyLimit, Path, Query, State};
+use axum::extract::{DefaultBodyLimit, FromRequestParts as _, MatchedPath, Path, Query, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -80,8 +80,9 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/namespaces/{ns}/streams/{stream}/partitions/{p}/offsets", get(offsets))
         .route("/v1/namespaces/{ns}/streams/{stream}/partitions/{p}/trim", post(trim))
         .merge(crate::events::routes(&state.stack, &state.metrics, state.config.max_fetch_wait))
+        // After routing, so that `authorize` sees the matched route and its decoded parameters.
+        .route_layer(axum::middleware::from_fn_with_state(state.clone(), authorize))
         .layer(DefaultBodyLimit::max(body_limit))
-        .layer(axum::middleware::from_fn_with_state(state.clone(), authorize))
         .layer(axum::middleware::from_fn_with_state(state.clone(), request_span))
         .with_state(state)
 }
@@ -89,21 +90,40 @@ pub fn router(state: AppState) -> Router {
 /// Refuses a `/v1` request whose bearer token lacks the permission it needs (when tokens are
 /// configured): 401 without a valid token, 403 with one that does not reach; and one over its
 /// client's rate limit (429). Nothing runs.
+///
+/// Runs on the matched route, before its body is read. The permission comes from the route's
+/// pattern, the namespace from the router's `{ns}` parameter, percent-decoded by the same
+/// extractor the handlers use: the check and the handler see one namespace. (Reading the raw
+/// path here once let `%`-escapes name one namespace to the check and another to the handler.)
 async fn authorize(
     State(s): State<AppState>,
     request: axum::extract::Request,
     next: axum::middleware::Next,
 ) -> Response {
-    if (s.stack.auth.enabled() || s.stack.limiter.enabled())
-        && let Some((namespace, needed)) = crate::auth::required(request.method(), request.uri().path())
-    {
-        let header = request.headers().get(header::AUTHORIZATION).and_then(|v| v.to_str().ok());
-        let peer = request.extensions().get::<crate::listener::PeerAddr>().map(|p| p.0.ip());
-        if let Err(e) = s.api.admit(header, namespace.as_deref(), needed, peer) {
-            return e.into_response();
-        }
+    if !(s.stack.auth.enabled() || s.stack.limiter.enabled()) {
+        return next.run(request).await;
     }
-    next.run(request).await
+    // A route layer runs only on a matched route, so this is always set; refuse (not pass)
+    // should that ever change.
+    let Some(route) = request.extensions().get::<MatchedPath>() else {
+        return ApiError::new(ErrorKind::Internal, "authorization found no matched route").into_response();
+    };
+    let Some(needed) = crate::auth::required(request.method(), route.as_str()) else {
+        return next.run(request).await;
+    };
+    let (mut parts, body) = request.into_parts();
+    let namespace = match Path::<HashMap<String, String>>::from_request_parts(&mut parts, &s).await {
+        Ok(Path(params)) => params.get("ns").cloned(),
+        // The handler would refuse the path too (say, a `%`-escape that is not UTF-8); no
+        // namespace is named, so nothing can be reached.
+        Err(e) => return ApiError::invalid(format!("path: {}", e.body_text())).into_response(),
+    };
+    let header = parts.headers.get(header::AUTHORIZATION).and_then(|v| v.to_str().ok());
+    let peer = parts.extensions.get::<crate::listener::PeerAddr>().map(|p| p.0.ip());
+    if let Err(e) = s.api.admit(header, namespace.as_deref(), needed, peer) {
+        return e.into_response();
+    }
+    next.run(axum::extract::Request::from_parts(parts, body)).await
 }
 
 pub use crate::api::REQUEST_ID;

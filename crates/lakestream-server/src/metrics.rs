@@ -42,6 +42,25 @@ impl Histogram {
     }
 }
 
+/// A label value escaped for the text exposition format: `\` as `\\`, `"` as `\"` and a
+/// line feed as `\n`. Names may hold `"` and `\`; unescaped, one such name breaks the whole
+/// scrape.
+struct LabelValue<'a>(&'a str);
+
+impl std::fmt::Display for LabelValue<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        for c in self.0.chars() {
+            match c {
+                '\\' => f.write_str("\\\\")?,
+                '"' => f.write_str("\\\"")?,
+                '\n' => f.write_str("\\n")?,
+                c => f.write_char(c)?,
+            }
+        }
+        Ok(())
+    }
+}
+
 /// The service's metrics.
 #[derive(Debug, Default)]
 pub struct Metrics {
@@ -152,8 +171,8 @@ impl CompactionMetrics {
                 let _ = writeln!(
                     out,
                     "{name}{{namespace=\"{}\",stream=\"{}\",log=\"{}\"}} {}",
-                    b.log.namespace,
-                    b.log.stream,
+                    LabelValue(&b.log.namespace),
+                    LabelValue(&b.log.stream),
                     b.log.log_id,
                     value(b)
                 );
@@ -298,5 +317,141 @@ mod tests {
         assert!(out.contains(&format!("lakestream_trim_marker{labels} 3")), "{out}");
         m.compaction.retain_logs(&Default::default());
         assert!(!m.render(None).contains("log=\"7\""));
+    }
+
+    /// A sample: metric name, labels (values unescaped), value.
+    type Sample = (String, Vec<(String, String)>, String);
+
+    /// Parses one sample line of the text exposition format strictly; the error names what is
+    /// wrong in which line.
+    fn parse_sample(line: &str) -> Result<Sample, String> {
+        let bad = |what: String| Err(format!("{what} in {line:?}"));
+        let mut chars = line.chars().peekable();
+        let name = take_while(&mut chars, |c| c.is_ascii_alphanumeric() || c == '_' || c == ':');
+        if name.is_empty() || name.starts_with(|c: char| c.is_ascii_digit()) {
+            return bad(format!("bad metric name {name:?}"));
+        }
+        let mut labels = Vec::new();
+        if chars.peek() == Some(&'{') {
+            chars.next();
+            loop {
+                if chars.peek() == Some(&'}') {
+                    chars.next();
+                    break;
+                }
+                let label = take_while(&mut chars, |c| c.is_ascii_alphanumeric() || c == '_');
+                if label.is_empty() || label.starts_with(|c: char| c.is_ascii_digit()) {
+                    return bad(format!("bad label name {label:?}"));
+                }
+                if chars.next() != Some('=') || chars.next() != Some('"') {
+                    return bad(format!("label {label}: expected =\""));
+                }
+                let mut value = String::new();
+                loop {
+                    match chars.next() {
+                        None => return bad(format!("label {label}: unterminated value")),
+                        Some('"') => break,
+                        Some('\\') => match chars.next() {
+                            Some('\\') => value.push('\\'),
+                            Some('"') => value.push('"'),
+                            Some('n') => value.push('\n'),
+                            other => return bad(format!("label {label}: bad escape \\{other:?}")),
+                        },
+                        Some(c) => value.push(c),
+                    }
+                }
+                labels.push((label.clone(), value));
+                match chars.next() {
+                    Some(',') => {}
+                    Some('}') => break,
+                    other => return bad(format!("after label {label}: expected , or }}, found {other:?}")),
+                }
+            }
+        }
+        if chars.next() != Some(' ') {
+            return bad("expected one space before the value".into());
+        }
+        let value: String = chars.collect();
+        if value.parse::<f64>().is_err() && !["+Inf", "-Inf", "NaN"].contains(&value.as_str()) {
+            return bad(format!("bad value {value:?}"));
+        }
+        Ok((name, labels, value))
+    }
+
+    fn take_while(chars: &mut std::iter::Peekable<std::str::Chars<'_>>, ok: impl Fn(char) -> bool) -> String {
+        let mut taken = String::new();
+        while let Some(c) = chars.next_if(|c| ok(*c)) {
+            taken.push(c);
+        }
+        taken
+    }
+
+    /// Parses a whole scrape: `# HELP`/`# TYPE` lines and samples, nothing else.
+    fn parse_scrape(text: &str) -> Result<Vec<Sample>, String> {
+        let mut samples = Vec::new();
+        for line in text.lines() {
+            if let Some(comment) = line.strip_prefix("# ") {
+                let ok = match comment.split_once(' ') {
+                    Some(("HELP", rest)) => rest.split_once(' ').is_some(),
+                    Some(("TYPE", rest)) => rest
+                        .split_once(' ')
+                        .is_some_and(|(_, kind)| ["counter", "gauge", "histogram"].contains(&kind)),
+                    _ => false,
+                };
+                if !ok {
+                    return Err(format!("bad comment line {line:?}"));
+                }
+            } else {
+                samples.push(parse_sample(line)?);
+            }
+        }
+        Ok(samples)
+    }
+
+    #[test]
+    fn the_strict_parser_refuses_unescaped_label_values() {
+        assert!(parse_sample(r#"x{stream="a"b"} 1"#).is_err());
+        assert!(parse_sample(r#"x{stream="a\qb"} 1"#).is_err());
+        assert!(parse_sample(r#"x{stream="a} 1"#).is_err());
+        assert!(parse_scrape("x{stream=\"a\nb\"} 1\n").is_err(), "a raw line feed splits the sample");
+        let (_, labels, _) = parse_sample(r#"x{stream="a\"b\\c\nd"} 1"#).unwrap();
+        assert_eq!(labels, [("stream".to_string(), "a\"b\\c\nd".to_string())]);
+    }
+
+    #[test]
+    fn label_values_are_escaped_so_a_scrape_with_any_stream_name_parses() {
+        let m = Metrics::default();
+        // Catalog names may hold `"`, `\`, spaces, `%` and non-ASCII; line feeds are refused
+        // by the catalog but escaped here all the same.
+        let names = [("default", "a\"b\\c"), ("ns \"q\" %41 é", "line\nbreak"), ("plain", "plain")];
+        for (i, (namespace, stream)) in names.iter().enumerate() {
+            let log = lakestream_format::LogRef {
+                log_id: lakestream_format::LogId(i as u64 + 1),
+                namespace: (*namespace).into(),
+                stream: (*stream).into(),
+            };
+            let backlog = lakestream_compactor::Backlog {
+                log_id: log.log_id,
+                trim_marker: 0,
+                open_payload_bytes: 10,
+                oldest_open_entry_ms: None,
+            };
+            m.compaction.record_backlog(&log, backlog, 0);
+        }
+        let out = m.render(None);
+        let samples = parse_scrape(&out).unwrap_or_else(|e| panic!("{e}\n{out}"));
+        for (namespace, stream) in names {
+            let matching = samples
+                .iter()
+                .filter(|(name, labels, _)| {
+                    name == "lakestream_compaction_lag_bytes"
+                        && labels.contains(&("namespace".into(), namespace.into()))
+                        && labels.contains(&("stream".into(), stream.into()))
+                })
+                .count();
+            assert_eq!(matching, 1, "{namespace:?}/{stream:?} in\n{out}");
+        }
+        assert!(out.contains(r#"stream="a\"b\\c""#), "{out}");
+        assert!(out.contains(r#"stream="line\nbreak""#), "{out}");
     }
 }

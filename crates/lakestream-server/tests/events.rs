@@ -567,3 +567,84 @@ async fn a_repeated_event_within_one_request_is_appended_once() {
     assert_eq!(consume(&s.base, "rep", 0, "").await.header("lakestream-offsets").as_deref(), Some("0,1"));
     s.stop().await;
 }
+
+#[tokio::test]
+async fn consume_honours_max_bytes_inside_one_batch_entry() {
+    let s = start().await;
+    let b = &s.base;
+    create_stream(b, "sized", 1).await;
+    // Five events of one size in one request: one entry (one record batch) of partition 0.
+    // Compact JSON with data last comes back byte for byte, so each is served as `event(i)`.
+    let event = |i: usize| {
+        format!(
+            r#"{{"specversion":"1.0","id":"e{i}","source":"/sized","type":"t","data":"{}"}}"#,
+            "x".repeat(380)
+        )
+    };
+    let events: Vec<String> = (0..5).map(event).collect();
+    let size = events[0].len();
+    assert!((400..500).contains(&size), "about 450 bytes each: {size}");
+    let answer =
+        post_batch(b, &format!("{}?partition=0", events_path("sized")), &format!("[{}]", events.join(",")))
+            .await;
+    assert_eq!(placements(&answer).len(), 5);
+
+    // (from, max_bytes) → the offsets served and the next offset.
+    let cases = [
+        (0, size + size / 3, "0", 1),    // one fits; a second would exceed
+        (1, 2 * size + 10, "1,2", 3),    // two fit
+        (3, 1, "3", 4),                  // always at least one
+        (0, 5 * size, "0,1,2,3,4", 5),   // exactly all five
+        (0, 5 * size - 1, "0,1,2,3", 4), // one byte short of five
+    ];
+    for (from, max_bytes, offsets, next) in cases {
+        let read = consume(b, "sized", 0, &format!("offset={from}&max_bytes={max_bytes}")).await;
+        assert_eq!(read.status, StatusCode::OK);
+        assert_eq!(
+            read.header("lakestream-offsets").as_deref(),
+            Some(offsets),
+            "from {from}, max_bytes {max_bytes}"
+        );
+        assert_eq!(
+            read.header("lakestream-next-offset"),
+            Some(next.to_string()),
+            "from {from}, max_bytes {max_bytes}"
+        );
+        let served: Vec<&str> =
+            offsets.split(',').map(|o| events[o.parse::<usize>().unwrap()].as_str()).collect();
+        assert_eq!(String::from_utf8_lossy(&read.body), format!("[{}]", served.join(",")));
+    }
+    // Binary mode serves one event whatever the budget, and the same next offset.
+    let read = consume(b, "sized", 0, "offset=2&max_bytes=1&mode=binary").await;
+    assert_eq!(read.status, StatusCode::OK);
+    assert_eq!(read.header("lakestream-next-offset").as_deref(), Some("3"));
+    s.stop().await;
+}
+
+#[tokio::test]
+async fn an_invalid_datacontenttype_is_a_400_naming_datacontenttype_not_data() {
+    let s = start().await;
+    let b = &s.base;
+    create_stream(b, "ct", 1).await;
+    let ok = r#""specversion":"1.0","id":"1","source":"/s","type":"t""#;
+    // Object data used to be judged against the bad content type and refused as `data`.
+    for body in [
+        format!(r#"{{{ok},"datacontenttype":"nonsense","data":{{"a":1}}}}"#),
+        format!(r#"{{{ok},"datacontenttype":"application/json;","data":[1]}}"#),
+        format!(r#"{{{ok},"datacontenttype":"nonsense","data_base64":"AAH/"}}"#),
+    ] {
+        for (answer, what) in [
+            (post_structured(b, "ct", &body).await, "structured"),
+            (post_batch(b, &events_path("ct"), &format!("[{body}]")).await, "batch"),
+        ] {
+            assert_eq!(answer.status, StatusCode::BAD_REQUEST, "{what} {body}");
+            let error = answer.json()["error"].clone();
+            assert_eq!(error["attribute"], "datacontenttype", "{what} {body}: {error}");
+            let message = error["message"].as_str().unwrap_or_default();
+            assert!(message.contains("datacontenttype"), "{what} {body}: {message}");
+        }
+    }
+    let read = consume(b, "ct", 0, "").await;
+    assert_eq!(read.body, b"[]", "nothing was appended");
+    s.stop().await;
+}

@@ -1,4 +1,5 @@
-//! TLS on both APIs and per-client rate limits, over a real stack on loopback ports.
+//! TLS on both APIs, per-client rate limits and per-namespace tokens on names that need
+//! escaping, over a real stack on loopback ports.
 
 use std::sync::Arc;
 
@@ -21,14 +22,29 @@ fn with_tls(config: &mut ServerConfig) {
 
 /// One HTTP/1.1 exchange on `io`: status, headers (lower-cased names) and body.
 async fn exchange(
-    mut io: impl AsyncRead + AsyncWrite + Unpin,
+    io: impl AsyncRead + AsyncWrite + Unpin,
     method: &str,
     path: &str,
     body: &[u8],
 ) -> (u16, Vec<(String, String)>, Vec<u8>) {
-    let content_type = if body.starts_with(b"{") { "application/json" } else { "application/octet-stream" };
+    exchange_as(io, method, path, None, body, None).await
+}
+
+/// [`exchange`] with a content type (default: JSON for a body starting with `{`, else
+/// octet-stream) and a bearer token.
+async fn exchange_as(
+    mut io: impl AsyncRead + AsyncWrite + Unpin,
+    method: &str,
+    path: &str,
+    content_type: Option<&str>,
+    body: &[u8],
+    token: Option<&str>,
+) -> (u16, Vec<(String, String)>, Vec<u8>) {
+    let default = if body.starts_with(b"{") { "application/json" } else { "application/octet-stream" };
+    let content_type = content_type.unwrap_or(default);
+    let auth = token.map(|t| format!("authorization: Bearer {t}\r\n")).unwrap_or_default();
     let head = format!(
-        "{method} {path} HTTP/1.1\r\nhost: localhost\r\ncontent-type: {content_type}\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
+        "{method} {path} HTTP/1.1\r\nhost: localhost\r\ncontent-type: {content_type}\r\ncontent-length: {}\r\n{auth}connection: close\r\n\r\n",
         body.len()
     );
     io.write_all(head.as_bytes()).await.unwrap();
@@ -196,5 +212,208 @@ async fn a_client_over_its_rate_limit_gets_429_and_nothing_is_written() {
     assert_eq!(status, 200);
     let offsets: serde_json::Value = serde_json::from_slice(&body).unwrap();
     assert_eq!(offsets["next_offset"], 1, "{offsets}");
+    s.stop().await;
+}
+
+/// Percent-encodes every byte outside RFC 3986's unreserved set, as a client must for a path
+/// segment.
+fn segment(name: &str) -> String {
+    name.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' => (b as char).to_string(),
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
+/// A granted namespace whose name, read as a still-encoded path segment, decodes to another
+/// namespace (`pct%41` → `pctA`): the check must see the name the handler uses.
+const GRANTED_PCT: &str = "pct%41";
+/// The namespace `GRANTED_PCT` decodes to, which the token does not reach.
+const VICTIM: &str = "pctA";
+/// A granted namespace and a stream with a space, `"`, `\`, `%` and non-ASCII: every client
+/// must escape them in a path.
+const GRANTED_ODD: &str = "team a \"q\" \\ é %";
+const STREAM: &str = "s \"x\" \\ ü %2F";
+const TEAM_TOKEN: &str = "team-token-0123456789";
+const OPS_TOKEN: &str = "ops-token-0123456789";
+const VICTIM_SECRET: &[u8] = b"victim-secret-payload";
+
+/// Tokens: `ops` (admin everywhere) and `team` (write on `GRANTED_PCT` and `GRANTED_ODD` only).
+fn with_namespace_tokens(config: &mut ServerConfig) {
+    use lakestream_server::auth::{AuthConfig, Permission, TokenConfig};
+    let token = |name: &str, secret: &str, grants: &[(&str, Permission)]| TokenConfig {
+        name: name.into(),
+        token: Some(secret.into()),
+        token_env: None,
+        namespaces: grants.iter().map(|(ns, p)| ((*ns).to_owned(), *p)).collect(),
+    };
+    config.auth = AuthConfig {
+        tokens: vec![
+            token("ops", OPS_TOKEN, &[("*", Permission::Admin)]),
+            token("team", TEAM_TOKEN, &[(GRANTED_PCT, Permission::Write), (GRANTED_ODD, Permission::Write)]),
+        ],
+    };
+}
+
+/// As `ops`: creates the three namespaces with a stream `STREAM` each, and writes
+/// `VICTIM_SECRET` into the victim's.
+async fn set_up_namespaces(addr: std::net::SocketAddr) {
+    for ns in [GRANTED_PCT, VICTIM, GRANTED_ODD] {
+        let body = serde_json::json!({ "name": ns }).to_string();
+        let (status, _, answer) = http_as(addr, "POST", "/v1/namespaces", body.as_bytes(), OPS_TOKEN).await;
+        assert_eq!(status, 201, "create namespace {ns:?}: {}", String::from_utf8_lossy(&answer));
+        let body = serde_json::json!({ "name": STREAM }).to_string();
+        let path = format!("/v1/namespaces/{}/streams", segment(ns));
+        let (status, _, answer) = http_as(addr, "POST", &path, body.as_bytes(), OPS_TOKEN).await;
+        assert_eq!(status, 201, "create {ns:?}/{STREAM:?}: {}", String::from_utf8_lossy(&answer));
+    }
+    let (status, _, _) = http_as(addr, "POST", &entries(&segment(VICTIM)), VICTIM_SECRET, OPS_TOKEN).await;
+    assert_eq!(status, 200);
+}
+
+async fn http_as(
+    addr: std::net::SocketAddr,
+    method: &str,
+    path: &str,
+    body: &[u8],
+    token: &str,
+) -> (u16, Vec<(String, String)>, Vec<u8>) {
+    let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+    exchange_as(tcp, method, path, None, body, Some(token)).await
+}
+
+/// The entries path of `STREAM`'s partition 0 in the namespace whose path segment is `ns_segment`.
+fn entries(ns_segment: &str) -> String {
+    format!("/v1/namespaces/{ns_segment}/streams/{}/partitions/0/entries", segment(STREAM))
+}
+
+#[tokio::test]
+async fn http_tokens_are_checked_against_the_decoded_namespace_and_refusals_leak_nothing() {
+    let s = start_with(with_namespace_tokens).await;
+    let addr = s.at.http;
+    set_up_namespaces(addr).await;
+    let secret_b64 = "dmljdGltLXNlY3JldC1wYXlsb2Fk"; // VICTIM_SECRET in Base64
+    assert!(
+        String::from_utf8_lossy(&http_as(addr, "GET", &entries(VICTIM), b"", OPS_TOKEN).await.2)
+            .contains(secret_b64)
+    );
+
+    // The granted names, escaped as they must be, work for every route kind.
+    for ns in [GRANTED_PCT, GRANTED_ODD] {
+        let produce = entries(&segment(ns));
+        let (status, _, body) = http_as(addr, "POST", &produce, ns.as_bytes(), TEAM_TOKEN).await;
+        assert_eq!(status, 200, "produce to {ns:?}: {}", String::from_utf8_lossy(&body));
+        let (status, _, body) = http_as(addr, "GET", &produce, b"", TEAM_TOKEN).await;
+        assert_eq!(status, 200, "fetch from {ns:?}: {}", String::from_utf8_lossy(&body));
+        let fetched: serde_json::Value = serde_json::from_slice(&body).unwrap();
+        assert_eq!(fetched["entries"].as_array().map(Vec::len), Some(1), "{fetched}");
+        let stream = format!("/v1/namespaces/{}/streams/{}", segment(ns), segment(STREAM));
+        let (status, _, body) = http_as(addr, "GET", &stream, b"", TEAM_TOKEN).await;
+        assert_eq!(status, 200, "describe {ns:?}: {}", String::from_utf8_lossy(&body));
+        let described: serde_json::Value = serde_json::from_slice(&body).unwrap();
+        assert_eq!((described["namespace"].as_str(), described["name"].as_str()), (Some(ns), Some(STREAM)));
+        let event = serde_json::json!({"specversion": "1.0", "id": "1", "source": "/t", "type": "t"});
+        let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let (status, _, body) = exchange_as(
+            tcp,
+            "POST",
+            &format!("{stream}/events?partition=0"),
+            Some("application/cloudevents-batch+json"),
+            format!("[{event}]").as_bytes(),
+            Some(TEAM_TOKEN),
+        )
+        .await;
+        assert_eq!(status, 200, "events to {ns:?}: {}", String::from_utf8_lossy(&body));
+        let (status, _, body) =
+            http_as(addr, "GET", &format!("{stream}/partitions/0/events"), b"", TEAM_TOKEN).await;
+        assert_eq!(status, 200, "consume events from {ns:?}: {}", String::from_utf8_lossy(&body));
+    }
+
+    // `pct%41` written as is names `pctA` to the router: refused, on every route kind, with
+    // nothing of the victim's in the answer.
+    let victim_paths = [
+        ("POST", entries("pct%41")),
+        ("GET", entries("pct%41")),
+        ("GET", format!("/v1/namespaces/pct%41/streams/{}", segment(STREAM))),
+        ("GET", "/v1/namespaces/pct%41/streams".to_owned()),
+        ("GET", format!("/v1/namespaces/pct%41/streams/{}/partitions/0/offsets", segment(STREAM))),
+        ("POST", format!("/v1/namespaces/pct%41/streams/{}/partitions/0/trim", segment(STREAM))),
+        ("GET", format!("/v1/namespaces/pct%41/streams/{}/partitions/0/events", segment(STREAM))),
+        ("POST", format!("/v1/namespaces/pct%41/streams/{}/events", segment(STREAM))),
+        ("GET", entries("%70ct%41")),
+    ];
+    for (method, path) in &victim_paths {
+        let body: &[u8] = if path.ends_with("/trim") { br#"{"through":0}"# } else { b"intruder" };
+        let (status, _, answer) = http_as(addr, method, path, body, TEAM_TOKEN).await;
+        let text = String::from_utf8_lossy(&answer);
+        assert_eq!(status, 403, "{method} {path}: {text}");
+        assert!(!text.contains(secret_b64) && !text.contains("victim-secret"), "{method} {path}: {text}");
+        let error: serde_json::Value = serde_json::from_slice(&answer).unwrap();
+        assert_eq!(error["error"]["code"], "permission_denied", "{method} {path}: {text}");
+        let message = error["error"]["message"].as_str().unwrap_or_default();
+        assert!(message.contains("namespace \"pctA\""), "names the namespace reached: {message}");
+    }
+    // A segment that does not decode to UTF-8 names no namespace: refused before any handler.
+    let (status, _, _) = http_as(addr, "GET", "/v1/namespaces/%FF/streams", b"", TEAM_TOKEN).await;
+    assert_eq!(status, 400);
+
+    // The victim's partition holds only what ops wrote, untrimmed.
+    let offsets = format!("/v1/namespaces/{VICTIM}/streams/{}/partitions/0/offsets", segment(STREAM));
+    let (status, _, body) = http_as(addr, "GET", &offsets, b"", OPS_TOKEN).await;
+    assert_eq!(status, 200);
+    let offsets: serde_json::Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!(
+        (offsets["next_offset"].as_u64(), offsets["trim_marker"].as_u64()),
+        (Some(1), Some(0)),
+        "{offsets}"
+    );
+    s.stop().await;
+}
+
+fn with_token<T>(message: T, token: &str) -> tonic::Request<T> {
+    let mut request = tonic::Request::new(message);
+    request.metadata_mut().insert("authorization", format!("Bearer {token}").parse().unwrap());
+    request
+}
+
+#[tokio::test]
+async fn grpc_tokens_are_checked_against_the_namespace_field_with_any_characters() {
+    let s = start_with(with_namespace_tokens).await;
+    set_up_namespaces(s.at.http).await;
+    let mut client = LakestreamClient::connect(format!("http://{}", s.at.grpc.unwrap())).await.unwrap();
+    let produce = |ns: &str| pb::ProduceRequest {
+        namespace: ns.into(),
+        stream: STREAM.into(),
+        partition: 0,
+        entries: vec![pb::ProduceEntry { payload: b"grpc".to_vec().into(), record_count: None }],
+        kafka_batches: false,
+    };
+    let fetch = |ns: &str| pb::FetchRequest {
+        namespace: ns.into(),
+        stream: STREAM.into(),
+        partition: 0,
+        offset: 0,
+        max_bytes: None,
+        max_wait_ms: 0,
+    };
+    // gRPC carries names unescaped: the granted names work as written, `%` and all.
+    for ns in [GRANTED_PCT, GRANTED_ODD] {
+        client
+            .produce(with_token(produce(ns), TEAM_TOKEN))
+            .await
+            .unwrap_or_else(|e| panic!("produce to {ns:?}: {e}"));
+        let fetched = client.fetch(with_token(fetch(ns), TEAM_TOKEN)).await.unwrap().into_inner();
+        assert_eq!(fetched.entries.len(), 1, "{ns:?}");
+        assert_eq!(fetched.entries[0].payload.as_ref(), b"grpc");
+    }
+    // The other namespace is refused, leaking nothing.
+    let err = client.produce(with_token(produce(VICTIM), TEAM_TOKEN)).await.unwrap_err();
+    assert_eq!(err.code(), tonic::Code::PermissionDenied, "{err}");
+    let err = client.fetch(with_token(fetch(VICTIM), TEAM_TOKEN)).await.unwrap_err();
+    assert_eq!(err.code(), tonic::Code::PermissionDenied, "{err}");
+    assert!(!err.message().contains("victim-secret"), "{err}");
+    let victim = client.fetch(with_token(fetch(VICTIM), OPS_TOKEN)).await.unwrap().into_inner();
+    assert_eq!(victim.entries.iter().map(|e| e.payload.as_ref()).collect::<Vec<_>>(), [VICTIM_SECRET]);
     s.stop().await;
 }
