@@ -1,7 +1,9 @@
 //! The compactor on the real stack: WAL and compacted roots on a real S3 server (s3s-fs in
-//! `scripts/test`; any server given by `LAKESTREAM_TEST_S3_*`), metadata on the embedded
-//! redb store (a real Oxia server cannot be installed here), time from a manual clock that
-//! starts at the real time so that the server's `Last-Modified` and WAL names agree with it.
+//! `scripts/test`; any server given by `LAKESTREAM_TEST_S3_*`), metadata on a real Oxia server
+//! (a fresh `oxia standalone --shards 4` from `LAKESTREAM_TEST_OXIA_BIN`) and on the embedded
+//! redb store; time from a manual clock that starts at the real time so that the server's
+//! `Last-Modified` and WAL names agree with it (Oxia stamps records with its own wall clock,
+//! which the manual clock only ever runs ahead of).
 //!
 //! Writes through the writer, compacts, reads back identical bytes and timestamps, and checks
 //! that trims and grace periods reclaim exactly the objects they should.
@@ -10,6 +12,7 @@ mod common;
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use common::{append_n, object_names, read_all};
@@ -18,10 +21,14 @@ use lakestream_compactor::{Compactor, CompactorConfig, CompactorDeps, no_progres
 use lakestream_format::{Clock, LogId, LogRef, ManualClock, SystemClock};
 use lakestream_meta::lease::SeededTokens;
 use lakestream_meta::{EmbeddedStore, MetaStore};
+use lakestream_meta_oxia::testkit::StandaloneOxia;
 use lakestream_objstore::ObjectStore;
 use lakestream_objstore_s3::{ConditionalPut, S3Config, S3Store};
 use lakestream_reader::{Reader, ReaderConfig, ReaderDeps};
 use lakestream_writer::{Writer, WriterConfig, WriterDeps};
+
+/// Numbers the runs of this process, so that concurrent ones use distinct S3 prefixes.
+static RUNS: AtomicU64 = AtomicU64::new(0);
 
 const HOW_TO_START: &str = "this test needs a running S3 server: run `scripts/test`, or start s3s-fs with \
      `source scripts/servers.sh && start_s3 $(mktemp -d)` in the repository root and run cargo test in that shell";
@@ -45,18 +52,33 @@ fn s3_config(prefix: String) -> S3Config {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn compaction_trim_and_reclamation_on_a_real_s3_server() {
-    let real_now = SystemClock.now_ms();
-    let run = format!("compactor-test-{real_now}-{}", std::process::id());
-    let wal: Arc<dyn ObjectStore> = Arc::new(S3Store::new(s3_config(format!("{run}/wal"))).unwrap());
-    let compacted: Arc<dyn ObjectStore> =
-        Arc::new(S3Store::new(s3_config(format!("{run}/compacted"))).unwrap());
-    let clock = ManualClock::new(real_now);
+async fn compaction_trim_and_reclamation_on_a_real_s3_server_and_the_embedded_store() {
+    let clock = ManualClock::new(SystemClock.now_ms());
     let shared_clock: Arc<dyn Clock> = Arc::new(clock.clone());
     let dir = tempfile::tempdir().unwrap();
     let embedded =
         EmbeddedStore::open_with_clock(dir.path().join("meta.redb"), shared_clock.clone()).await.unwrap();
-    let meta: Arc<dyn MetaStore> = Arc::new(embedded);
+    compaction_trim_and_reclamation(Arc::new(embedded), clock).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn compaction_trim_and_reclamation_on_oxia_and_a_real_s3_server() {
+    let oxia = StandaloneOxia::start(4, &[]).await;
+    let clock = ManualClock::new(SystemClock.now_ms());
+    compaction_trim_and_reclamation(Arc::new(oxia.store().await), clock).await;
+}
+
+async fn compaction_trim_and_reclamation(meta: Arc<dyn MetaStore>, clock: ManualClock) {
+    let run = format!(
+        "compactor-test-{}-{}-{}",
+        clock.now_ms(),
+        std::process::id(),
+        RUNS.fetch_add(1, Ordering::Relaxed)
+    );
+    let wal: Arc<dyn ObjectStore> = Arc::new(S3Store::new(s3_config(format!("{run}/wal"))).unwrap());
+    let compacted: Arc<dyn ObjectStore> =
+        Arc::new(S3Store::new(s3_config(format!("{run}/compacted"))).unwrap());
+    let shared_clock: Arc<dyn Clock> = Arc::new(clock.clone());
 
     let writer = Writer::start(
         WriterConfig { flush_window: Duration::from_millis(2), ..WriterConfig::default() },

@@ -11,6 +11,10 @@
 //! - **duplicates** — read back more than once; allowed only for appends whose outcome was
 //!   reported unknown and that the producer therefore retried.
 //!
+//! It runs on the in-memory stores, and on the production stack: a real Oxia server (a fresh
+//! `oxia standalone` per run, from `LAKESTREAM_TEST_OXIA_BIN`) and the S3 server
+//! (`LAKESTREAM_TEST_S3_*`), both set by `scripts/test`.
+//!
 //! `LAKESTREAM_CHECKER_SEED` replays a seed; `LAKESTREAM_CHECKER_SEEDS` runs more seeds.
 
 use std::collections::{HashMap, HashSet};
@@ -19,14 +23,16 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use bytes::Bytes;
-use lakestream_format::{LogId, LogRef, SystemClock};
+use lakestream_format::{Clock, LogId, LogRef, SystemClock};
 use lakestream_meta::lease::SeededTokens;
 use lakestream_meta::{
     Comparison, InMemoryStore, MetaError, MetaResult, MetaStore, PutCondition, Record, Session, WriteResult,
 };
+use lakestream_meta_oxia::testkit::StandaloneOxia;
 use lakestream_objstore::{
     FaultConfig, FaultyStore, InMemoryStore as MemObjects, ObjectStore, Operation, OperationFaults,
 };
+use lakestream_objstore_s3::{ConditionalPut, S3Config, S3Store};
 use lakestream_reader::{Reader, ReaderConfig, ReaderDeps};
 use lakestream_writer::{AppendError, Writer, WriterConfig, WriterDeps};
 
@@ -107,15 +113,57 @@ const LOGS: u64 = 3;
 const PRODUCERS: usize = 6;
 const APPENDS: usize = 40;
 
-async fn run(seed: u64) -> Report {
-    let meta: Arc<dyn MetaStore> = Arc::new(InMemoryStore::new());
+/// Where the checker's logs live.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Backend {
+    /// The in-memory metadata and object stores.
+    Memory,
+    /// A fresh real Oxia server and the S3 server.
+    OxiaAndS3,
+}
+
+const HOW_TO_START_S3: &str = "the Oxia + S3 checker needs the S3 server: run `scripts/test`, or start s3s-fs with \
+     `source scripts/servers.sh && start_s3 $(mktemp -d)` and run cargo test in that shell";
+
+/// The S3 server of the environment, under a prefix of the run's own.
+fn s3_store(prefix: String) -> Arc<dyn ObjectStore> {
+    let var =
+        |name: &str| std::env::var(name).unwrap_or_else(|_| panic!("{name} is not set; {HOW_TO_START_S3}"));
+    let config = S3Config {
+        bucket: var("LAKESTREAM_TEST_S3_BUCKET"),
+        prefix: Some(prefix),
+        endpoint: Some(var("LAKESTREAM_TEST_S3_ENDPOINT")),
+        region: var("LAKESTREAM_TEST_S3_REGION"),
+        access_key_id: Some(var("LAKESTREAM_TEST_S3_ACCESS_KEY")),
+        secret_access_key: Some(var("LAKESTREAM_TEST_S3_SECRET_KEY")),
+        force_path_style: true,
+        // s3s-fs checks If-None-Match before writing, not atomically.
+        conditional_put: ConditionalPut::Sequential,
+        retry_seed: Some(11),
+        ..S3Config::default()
+    };
+    Arc::new(S3Store::new(config).expect("a valid S3 configuration"))
+}
+
+async fn run(seed: u64, backend: Backend) -> Report {
+    // The Oxia server lives as long as the run (its guard is dropped at the end).
+    let (meta, wal, _oxia): (Arc<dyn MetaStore>, Arc<dyn ObjectStore>, Option<StandaloneOxia>) = match backend
+    {
+        Backend::Memory => {
+            (Arc::new(InMemoryStore::new()), Arc::new(MemObjects::new(Arc::new(SystemClock))), None)
+        }
+        Backend::OxiaAndS3 => {
+            let oxia = StandaloneOxia::start(4, &[]).await;
+            let run = format!("checker-{seed}-{}-{}", std::process::id(), SystemClock.now_ms());
+            (Arc::new(oxia.store().await), s3_store(format!("{run}/wal")), Some(oxia))
+        }
+    };
     let faulty_meta: Arc<dyn MetaStore> = Arc::new(FaultyMeta {
         inner: meta.clone(),
         rng: Rng(Mutex::new(seed | 1)),
         fail_before: 0.05,
         lose_response: 0.05,
     });
-    let wal: Arc<dyn ObjectStore> = Arc::new(MemObjects::new(Arc::new(SystemClock)));
     let put_faults = OperationFaults {
         error_probability: 0.08,
         throttle_probability: 0.04,
@@ -246,23 +294,36 @@ fn seeds() -> Vec<u64> {
     (1..=n).collect()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn no_acknowledged_entry_is_lost_or_reordered_under_injected_faults() {
+async fn check_seeds(backend: Backend, seeds: Vec<u64>) {
     let mut totals = Report::default();
-    for seed in seeds() {
-        let r = run(seed).await;
-        println!("seed {seed}: {r:?}");
+    for seed in seeds {
+        let r = run(seed, backend).await;
+        println!("{backend:?} seed {seed}: {r:?}");
         assert_eq!(
             (r.lost, r.misplaced, r.reordered, r.phantom, r.unexplained_duplicates),
             (0, 0, 0, 0, 0),
-            "seed {seed}: {r:?} (replay with LAKESTREAM_CHECKER_SEED={seed})"
+            "{backend:?} seed {seed}: {r:?} (replay with LAKESTREAM_CHECKER_SEED={seed})"
         );
         totals.acknowledged += r.acknowledged;
         totals.unknown += r.unknown;
         totals.failed += r.failed;
         totals.duplicates += r.duplicates;
     }
-    println!("checker totals: {totals:?}");
+    println!("{backend:?} checker totals: {totals:?}");
     // The faults must actually have happened, or the run proves nothing.
     assert!(totals.failed > 0 && totals.unknown > 0, "no faults were injected: {totals:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_acknowledged_entry_is_lost_or_reordered_under_injected_faults() {
+    check_seeds(Backend::Memory, seeds()).await;
+}
+
+/// The same checker on a real Oxia server and the S3 server: the faults are injected on top
+/// of the real stores (S3 PUTs, index puts), and the verifier reads back through them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_acknowledged_entry_is_lost_or_reordered_on_oxia_and_s3_under_injected_faults() {
+    // Fewer seeds than in memory: each run starts its own Oxia server and writes to S3.
+    let seeds = if std::env::var("LAKESTREAM_CHECKER_SEED").is_ok() { seeds() } else { (1..=3).collect() };
+    check_seeds(Backend::OxiaAndS3, seeds).await;
 }
