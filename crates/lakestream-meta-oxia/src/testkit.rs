@@ -149,3 +149,121 @@ impl Drop for StandaloneOxia {
         self.kill9();
     }
 }
+
+/// A TCP relay in front of a server: it forwards bytes both ways, and on request holds back
+/// the server's answers, cuts every connection, or stops accepting. It understands nothing
+/// of gRPC; it lets tests break the transport at chosen moments.
+pub use relay::Relay;
+
+mod relay {
+
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::net::{TcpListener, TcpStream};
+    use tokio::sync::watch;
+    use tokio::task::JoinHandle;
+
+    /// See the re-export's documentation.
+    #[derive(Debug)]
+    pub struct Relay {
+        address: String,
+        hold: watch::Sender<bool>,
+        cuts: watch::Sender<u64>,
+        acceptor: JoinHandle<()>,
+    }
+
+    impl Relay {
+        /// Starts relaying from a free loopback port to `upstream` (`host:port`).
+        pub async fn start(upstream: &str) -> Self {
+            let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind the relay");
+            let address = listener.local_addr().expect("relay address").to_string();
+            let (hold, _) = watch::channel(false);
+            let (cuts, _) = watch::channel(0u64);
+            let upstream = upstream.to_owned();
+            let (hold_rx, cuts_rx) = (hold.subscribe(), cuts.subscribe());
+            let acceptor = tokio::spawn(async move {
+                while let Ok((client, _)) = listener.accept().await {
+                    let Ok(server) = TcpStream::connect(&upstream).await else { continue };
+                    let (client_read, client_write) = client.into_split();
+                    let (server_read, server_write) = server.into_split();
+                    let generation = *cuts_rx.borrow();
+                    tokio::spawn(pump(client_read, server_write, None, cuts_rx.clone(), generation));
+                    tokio::spawn(pump(
+                        server_read,
+                        client_write,
+                        Some(hold_rx.clone()),
+                        cuts_rx.clone(),
+                        generation,
+                    ));
+                }
+            });
+            Self { address, hold, cuts, acceptor }
+        }
+
+        /// `host:port` to dial instead of the server.
+        pub fn address(&self) -> String {
+            self.address.clone()
+        }
+
+        /// Holds back (or releases) everything the server sends.
+        pub fn hold_answers(&self, hold: bool) {
+            self.hold.send_replace(hold);
+        }
+
+        /// Drops every open connection; new ones are still accepted.
+        pub fn cut(&self) {
+            self.cuts.send_modify(|generation| *generation += 1);
+        }
+
+        /// Drops every connection and refuses new ones.
+        pub fn shut_down(&self) {
+            self.acceptor.abort();
+            self.cut();
+        }
+    }
+
+    impl Drop for Relay {
+        fn drop(&mut self) {
+            self.shut_down();
+        }
+    }
+
+    /// Copies `from` to `to` until either side closes or the connection is cut. With `hold`,
+    /// each chunk waits while the flag is set.
+    async fn pump(
+        mut from: tokio::net::tcp::OwnedReadHalf,
+        mut to: tokio::net::tcp::OwnedWriteHalf,
+        mut hold: Option<watch::Receiver<bool>>,
+        mut cuts: watch::Receiver<u64>,
+        generation: u64,
+    ) {
+        let mut buffer = vec![0u8; 64 * 1024];
+        // Mark the current generation seen, so `changed` waits for the next cut: a receiver
+        // cloned after a cut would otherwise report that cut at once and drop the new
+        // connection.
+        if *cuts.borrow_and_update() != generation {
+            return;
+        }
+        loop {
+            if *cuts.borrow() != generation {
+                return;
+            }
+            let read = tokio::select! {
+                read = from.read(&mut buffer) => read,
+                _ = cuts.changed() => return,
+            };
+            let n = match read {
+                Ok(0) | Err(_) => return,
+                Ok(n) => n,
+            };
+            if let Some(hold) = hold.as_mut() {
+                tokio::select! {
+                    released = hold.wait_for(|held| !*held) => if released.is_err() { return },
+                    _ = cuts.changed() => return,
+                }
+            }
+            if to.write_all(&buffer[..n]).await.is_err() {
+                return;
+            }
+        }
+    }
+}

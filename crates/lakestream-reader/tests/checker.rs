@@ -21,6 +21,8 @@ use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use tokio::time::Instant;
+
 use async_trait::async_trait;
 use bytes::Bytes;
 use lakestream_format::{Clock, LogId, LogRef, SystemClock};
@@ -28,7 +30,8 @@ use lakestream_meta::lease::SeededTokens;
 use lakestream_meta::{
     Comparison, InMemoryStore, MetaError, MetaResult, MetaStore, PutCondition, Record, Session, WriteResult,
 };
-use lakestream_meta_oxia::testkit::StandaloneOxia;
+use lakestream_meta_oxia::testkit::{Relay, StandaloneOxia};
+use lakestream_meta_oxia::{OxiaConfig, OxiaStore};
 use lakestream_objstore::{
     FaultConfig, FaultyStore, InMemoryStore as MemObjects, ObjectStore, Operation, OperationFaults,
 };
@@ -107,6 +110,9 @@ struct Report {
     phantom: usize,
     duplicates: usize,
     unexplained_duplicates: usize,
+    /// With a real fault: how long after the store was back the first append was
+    /// acknowledged (`Some(None)`: never).
+    recovery: Option<Option<Duration>>,
 }
 
 const LOGS: u64 = 3;
@@ -145,43 +151,123 @@ fn s3_store(prefix: String) -> Arc<dyn ObjectStore> {
     Arc::new(S3Store::new(config).expect("a valid S3 configuration"))
 }
 
-async fn run(seed: u64, backend: Backend) -> Report {
+/// A fault of the real stack, made from outside the client while the producers run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum RealFault {
+    /// None: the producers append a fixed number of entries each.
+    None,
+    /// `kill -9` of the Oxia server under load, then a restart on the same directories.
+    KillOxia,
+    /// Every connection to Oxia dropped, again and again, through a TCP relay.
+    DropOxiaConnections,
+}
+
+/// What a run does: where the logs live, whether faults are injected into the stores, and
+/// which fault of the real stack happens meanwhile.
+#[derive(Debug, Clone, Copy)]
+struct Scenario {
+    backend: Backend,
+    injected_faults: bool,
+    real_fault: RealFault,
+}
+
+/// How long producers run, and when the fault happens, in a run with a real fault.
+const FAULT_AFTER: Duration = Duration::from_millis(1500);
+const OUTAGE: Duration = Duration::from_secs(1);
+const RUN_FOR: Duration = Duration::from_secs(6);
+
+async fn run(seed: u64, scenario: Scenario) -> Report {
+    let Scenario { backend, injected_faults, real_fault } = scenario;
     // The Oxia server lives as long as the run (its guard is dropped at the end).
-    let (meta, wal, _oxia): (Arc<dyn MetaStore>, Arc<dyn ObjectStore>, Option<StandaloneOxia>) = match backend
-    {
+    let (meta, wal, oxia, relay): (
+        Arc<dyn MetaStore>,
+        Arc<dyn ObjectStore>,
+        Option<StandaloneOxia>,
+        Option<Relay>,
+    ) = match backend {
         Backend::Memory => {
-            (Arc::new(InMemoryStore::new()), Arc::new(MemObjects::new(Arc::new(SystemClock))), None)
+            (Arc::new(InMemoryStore::new()), Arc::new(MemObjects::new(Arc::new(SystemClock))), None, None)
         }
         Backend::OxiaAndS3 => {
             let oxia = StandaloneOxia::start(4, &[]).await;
             let run = format!("checker-{seed}-{}-{}", std::process::id(), SystemClock.now_ms());
-            (Arc::new(oxia.store().await), s3_store(format!("{run}/wal")), Some(oxia))
+            let wal = s3_store(format!("{run}/wal"));
+            if real_fault == RealFault::DropOxiaConnections {
+                let relay = Relay::start(&oxia.address()).await;
+                let config = OxiaConfig {
+                    request_timeout: Duration::from_secs(10),
+                    ..OxiaConfig::new([relay.address()])
+                };
+                let store = OxiaStore::connect(config).await.expect("connect through the relay");
+                (Arc::new(store), wal, Some(oxia), Some(relay))
+            } else {
+                (Arc::new(oxia.store().await), wal, Some(oxia), None)
+            }
         }
     };
-    let faulty_meta: Arc<dyn MetaStore> = Arc::new(FaultyMeta {
-        inner: meta.clone(),
-        rng: Rng(Mutex::new(seed | 1)),
-        fail_before: 0.05,
-        lose_response: 0.05,
-    });
-    let put_faults = OperationFaults {
-        error_probability: 0.08,
-        throttle_probability: 0.04,
-        timeout_after_success_probability: 0.08,
-        ..OperationFaults::default()
+    let (writer_meta, writer_wal): (Arc<dyn MetaStore>, Arc<dyn ObjectStore>) = if injected_faults {
+        let faulty_meta = Arc::new(FaultyMeta {
+            inner: meta.clone(),
+            rng: Rng(Mutex::new(seed | 1)),
+            fail_before: 0.05,
+            lose_response: 0.05,
+        });
+        let put_faults = OperationFaults {
+            error_probability: 0.08,
+            throttle_probability: 0.04,
+            timeout_after_success_probability: 0.08,
+            ..OperationFaults::default()
+        };
+        let faulty_wal =
+            FaultyStore::new(wal.clone(), FaultConfig::new(seed).with(Operation::Put, put_faults));
+        (faulty_meta, Arc::new(faulty_wal))
+    } else {
+        (meta.clone(), wal.clone())
     };
-    let faulty_wal: Arc<dyn ObjectStore> =
-        Arc::new(FaultyStore::new(wal.clone(), FaultConfig::new(seed).with(Operation::Put, put_faults)));
     let writer = Writer::start(
         WriterConfig { flush_window: Duration::from_millis(1), ..WriterConfig::default() },
         WriterDeps {
-            meta: faulty_meta,
-            objects: faulty_wal,
+            meta: writer_meta,
+            objects: writer_wal,
             clock: Arc::new(SystemClock),
             tokens: Arc::new(SeededTokens::new(seed)),
         },
     )
     .unwrap();
+
+    // The real fault, from outside the writer; it reports when the store came back.
+    let started = Instant::now();
+    let (stop_tx, stop) = tokio::sync::watch::channel(real_fault == RealFault::None);
+    let fault = tokio::spawn(async move {
+        let mut oxia = oxia;
+        let back = match real_fault {
+            RealFault::None => None,
+            RealFault::KillOxia => {
+                tokio::time::sleep(FAULT_AFTER).await;
+                let server = oxia.as_mut().expect("an Oxia server");
+                println!("kill -9 oxia (pid {:?})", server.pid());
+                server.kill9();
+                tokio::time::sleep(OUTAGE).await;
+                server.restart().await;
+                Some(Instant::now())
+            }
+            RealFault::DropOxiaConnections => {
+                tokio::time::sleep(FAULT_AFTER).await;
+                let relay = relay.as_ref().expect("a relay");
+                let until = Instant::now() + OUTAGE * 3;
+                while Instant::now() < until {
+                    relay.cut();
+                    tokio::time::sleep(Duration::from_millis(300)).await;
+                }
+                Some(Instant::now())
+            }
+        };
+        if real_fault != RealFault::None {
+            tokio::time::sleep_until(started + RUN_FOR).await;
+            let _ = stop_tx.send(true);
+        }
+        (back, oxia, relay)
+    });
 
     // Outcome per (producer, seq): the acknowledged offset, "unknown", or "failed".
     #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -193,10 +279,14 @@ async fn run(seed: u64, backend: Backend) -> Report {
     let mut tasks = Vec::new();
     for producer in 0..PRODUCERS {
         let w = writer.clone();
+        let stop = stop.clone();
         tasks.push(tokio::spawn(async move {
             let log = LogId(producer as u64 % LOGS);
             let mut outcomes = Vec::new();
-            for seq in 0..APPENDS {
+            let mut acked_at = Vec::new();
+            // A fixed count without a real fault; until told to stop with one.
+            let mut seq = 0;
+            while if real_fault == RealFault::None { seq < APPENDS } else { !*stop.borrow() } {
                 let payload = Bytes::from(format!("{producer}:{seq}"));
                 let mut outcome = match w.append(log, payload.clone(), 1).await {
                     Ok(ack) => Outcome::Acked(ack.offset),
@@ -210,19 +300,28 @@ async fn run(seed: u64, backend: Backend) -> Report {
                     outcome = Outcome::Acked(ack.offset);
                     outcomes.push((seq, Outcome::Unknown)); // the first attempt's outcome
                 }
+                if matches!(outcome, Outcome::Acked(_)) {
+                    acked_at.push(Instant::now());
+                }
                 outcomes.push((seq, outcome));
+                seq += 1;
             }
-            (producer, outcomes)
+            (producer, outcomes, acked_at)
         }));
     }
     let mut outcomes: HashMap<(usize, usize), Vec<Outcome>> = HashMap::new();
+    let mut acked_at = Vec::new();
     for t in tasks {
-        let (producer, list) = t.await.unwrap();
+        let (producer, list, times) = t.await.unwrap();
         for (seq, o) in list {
             outcomes.entry((producer, seq)).or_default().push(o);
         }
+        acked_at.extend(times);
     }
     writer.close().await;
+    let (back, _oxia, _relay) = fault.await.expect("the fault task");
+    // Recovery: from the moment the store was back to the first acknowledgement after it.
+    let recovery = back.map(|back| acked_at.iter().filter(|t| **t >= back).min().map(|first| *first - back));
 
     // Verify through a clean reader.
     let reader = Reader::new(
@@ -231,7 +330,7 @@ async fn run(seed: u64, backend: Backend) -> Report {
     )
     .unwrap();
     let mut seen: HashMap<(usize, usize), Vec<u64>> = HashMap::new();
-    let mut report = Report::default();
+    let mut report = Report { recovery, ..Report::default() };
     for l in 0..LOGS {
         let log = LogRef { log_id: LogId(l), namespace: "ns".into(), stream: "s".into() };
         let mut next = 0;
@@ -294,29 +393,42 @@ fn seeds() -> Vec<u64> {
     (1..=n).collect()
 }
 
-async fn check_seeds(backend: Backend, seeds: Vec<u64>) {
+async fn check_seeds(scenario: Scenario, seeds: Vec<u64>) -> Report {
     let mut totals = Report::default();
     for seed in seeds {
-        let r = run(seed, backend).await;
-        println!("{backend:?} seed {seed}: {r:?}");
+        let r = run(seed, scenario).await;
+        println!("{scenario:?} seed {seed}: {r:?}");
         assert_eq!(
             (r.lost, r.misplaced, r.reordered, r.phantom, r.unexplained_duplicates),
             (0, 0, 0, 0, 0),
-            "{backend:?} seed {seed}: {r:?} (replay with LAKESTREAM_CHECKER_SEED={seed})"
+            "{scenario:?} seed {seed}: {r:?} (replay with LAKESTREAM_CHECKER_SEED={seed})"
         );
+        if let Some(recovery) = r.recovery {
+            let recovery = recovery.unwrap_or_else(|| {
+                panic!("{scenario:?} seed {seed}: no append succeeded after the fault: {r:?}")
+            });
+            assert!(recovery <= RECOVERY_BOUND, "{scenario:?} seed {seed}: recovered after {recovery:?}");
+            totals.recovery =
+                Some(Some(totals.recovery.flatten().map_or(recovery, |worst| worst.max(recovery))));
+        }
         totals.acknowledged += r.acknowledged;
         totals.unknown += r.unknown;
         totals.failed += r.failed;
         totals.duplicates += r.duplicates;
     }
-    println!("{backend:?} checker totals: {totals:?}");
-    // The faults must actually have happened, or the run proves nothing.
-    assert!(totals.failed > 0 && totals.unknown > 0, "no faults were injected: {totals:?}");
+    println!("{scenario:?} checker totals: {totals:?}");
+    totals
 }
+
+/// Appends resume within this long after Oxia is back (stated in docs/reliability.md).
+const RECOVERY_BOUND: Duration = Duration::from_secs(5);
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn no_acknowledged_entry_is_lost_or_reordered_under_injected_faults() {
-    check_seeds(Backend::Memory, seeds()).await;
+    let scenario = Scenario { backend: Backend::Memory, injected_faults: true, real_fault: RealFault::None };
+    let totals = check_seeds(scenario, seeds()).await;
+    // The faults must actually have happened, or the run proves nothing.
+    assert!(totals.failed > 0 && totals.unknown > 0, "no faults were injected: {totals:?}");
 }
 
 /// The same checker on a real Oxia server and the S3 server: the faults are injected on top
@@ -325,5 +437,32 @@ async fn no_acknowledged_entry_is_lost_or_reordered_under_injected_faults() {
 async fn no_acknowledged_entry_is_lost_or_reordered_on_oxia_and_s3_under_injected_faults() {
     // Fewer seeds than in memory: each run starts its own Oxia server and writes to S3.
     let seeds = if std::env::var("LAKESTREAM_CHECKER_SEED").is_ok() { seeds() } else { (1..=3).collect() };
-    check_seeds(Backend::OxiaAndS3, seeds).await;
+    let scenario =
+        Scenario { backend: Backend::OxiaAndS3, injected_faults: true, real_fault: RealFault::None };
+    let totals = check_seeds(scenario, seeds).await;
+    assert!(totals.failed > 0 && totals.unknown > 0, "no faults were injected: {totals:?}");
+}
+
+/// `kill -9` of the Oxia server under a produce load, and a restart on the same directories:
+/// no acknowledged entry is lost or reordered, and the writer recovers on its own within
+/// [`RECOVERY_BOUND`] of the server's return.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_kill_9_of_oxia_under_load_loses_no_acknowledged_entry() {
+    let scenario =
+        Scenario { backend: Backend::OxiaAndS3, injected_faults: false, real_fault: RealFault::KillOxia };
+    let totals = check_seeds(scenario, vec![1]).await;
+    assert!(totals.acknowledged > 0, "{totals:?}");
+}
+
+/// Every connection to Oxia dropped again and again under a produce load: no acknowledged
+/// entry is lost or reordered, and appends go on once the connections stay up.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dropped_oxia_connections_under_load_lose_no_acknowledged_entry() {
+    let scenario = Scenario {
+        backend: Backend::OxiaAndS3,
+        injected_faults: false,
+        real_fault: RealFault::DropOxiaConnections,
+    };
+    let totals = check_seeds(scenario, vec![1]).await;
+    assert!(totals.acknowledged > 0, "{totals:?}");
 }
