@@ -16,11 +16,15 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use common::{append_n, object_names, read_all};
+use lakestream_compactor::InstallOutcome;
 use lakestream_compactor::plan::NextRange;
 use lakestream_compactor::{Compactor, CompactorConfig, CompactorDeps, no_progress};
+use lakestream_format::keys;
 use lakestream_format::{Clock, LogId, LogRef, ManualClock, SystemClock};
+use lakestream_meta::lease;
 use lakestream_meta::lease::SeededTokens;
 use lakestream_meta::{EmbeddedStore, MetaStore};
+use lakestream_meta_oxia::shard_sessions_from_id;
 use lakestream_meta_oxia::testkit::StandaloneOxia;
 use lakestream_objstore::ObjectStore;
 use lakestream_objstore_s3::{ConditionalPut, S3Config, S3Store};
@@ -168,4 +172,84 @@ async fn compaction_trim_and_reclamation(meta: Arc<dyn MetaStore>, clock: Manual
     assert_eq!(read_all(&reader(), &log_b, 0).await, acked_b);
 
     writer.close().await;
+}
+
+/// [Compactor] A compactor that dies after C3 took effect and before C4, on the production
+/// stack: its Oxia sessions are removed on the server (as expiry does), taking its claim and
+/// lease with them. Reads stay whole inside the C3–C4 window, and the next compactor finishes
+/// C4, so that the log ends with one PARQUET record and the same entries.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_compactor_dead_between_c3_and_c4_on_oxia_is_finished_by_the_next() {
+    let oxia = StandaloneOxia::start(4, &[]).await;
+    let store = oxia.store().await;
+    let meta: Arc<dyn MetaStore> = Arc::new(store.clone());
+    let clock = ManualClock::new(SystemClock.now_ms());
+    let shared_clock: Arc<dyn Clock> = Arc::new(clock.clone());
+    let run = format!("compactor-c3c4-{}-{}", clock.now_ms(), std::process::id());
+    let wal: Arc<dyn ObjectStore> = Arc::new(S3Store::new(s3_config(format!("{run}/wal"))).unwrap());
+    let compacted: Arc<dyn ObjectStore> =
+        Arc::new(S3Store::new(s3_config(format!("{run}/compacted"))).unwrap());
+    let writer = Writer::start(
+        WriterConfig { flush_window: Duration::from_millis(2), ..WriterConfig::default() },
+        WriterDeps {
+            meta: meta.clone(),
+            objects: wal.clone(),
+            clock: shared_clock.clone(),
+            tokens: Arc::new(SeededTokens::new(5)),
+        },
+    )
+    .unwrap();
+    let reader = || {
+        let deps = ReaderDeps { meta: meta.clone(), wal: wal.clone(), compacted: compacted.clone() };
+        Reader::new(ReaderConfig { object_cache_bytes: 0, ..ReaderConfig::default() }, deps).unwrap()
+    };
+    let compactor = |seed| {
+        let deps = CompactorDeps {
+            meta: meta.clone(),
+            wal: wal.clone(),
+            compacted: compacted.clone(),
+            clock: shared_clock.clone(),
+            tokens: Arc::new(SeededTokens::new(seed)),
+        };
+        Compactor::new(CompactorConfig { max_range_bytes: 1 << 20, ..CompactorConfig::default() }, deps)
+            .unwrap()
+    };
+    let log = LogRef { log_id: LogId(7), namespace: "ns".into(), stream: "c3c4".into() };
+    let acked = append_n(&writer, log.log_id, 6, 1, "c3c4").await;
+    clock.advance_ms(181_000);
+
+    let dying = compactor(1);
+    let claim = dying.claim(log.log_id).await.unwrap();
+    let (_, planning) = dying.plan(log.log_id).await.unwrap();
+    let NextRange::Ready(plan) = planning.next else { panic!("{planning:?}") };
+    let prepared = dying.prepare(&log, &plan).await.unwrap().unwrap();
+    let lease = dying.acquire_lease(&claim).await.unwrap();
+    assert_eq!(dying.install(&prepared, &lease).await.unwrap(), InstallOutcome::Installed);
+    // The writer's lease and the compactor's.
+    let leases_before = lease::list_leases(meta.as_ref(), log.log_id).await.unwrap();
+    // The compactor dies here: its sessions end on the server, and their records with them.
+    let session = dying.session_id().await.expect("a session");
+    for (shard, id) in shard_sessions_from_id(&session).expect("an Oxia session id") {
+        store.client().close_session(shard, id).await.unwrap();
+    }
+    let leases = lease::list_leases(meta.as_ref(), log.log_id).await.unwrap();
+    assert!(
+        leases.len() + 1 == leases_before.len() && leases.iter().all(|l| leases_before.contains(l)),
+        "the dead compactor's lease went with its session, the writer's stayed: {leases_before:?} → {leases:?}"
+    );
+    assert_eq!(read_all(&reader(), &log, 0).await, acked, "whole reads inside the C3–C4 window");
+    let raw_left = index_records(&meta, log.log_id).await;
+    assert!(raw_left.len() > 1, "C4 has not run yet: {raw_left:?}");
+
+    let next = compactor(2);
+    next.compact_log(&log, &no_progress).await.unwrap();
+    let after = index_records(&meta, log.log_id).await;
+    assert_eq!(after.len(), 1, "the next compactor finished C4: {after:?}");
+    assert_eq!(read_all(&reader(), &log, 0).await, acked, "the same entries after C4");
+    writer.close().await;
+}
+
+/// The keys of a log's index records.
+async fn index_records(meta: &Arc<dyn MetaStore>, log_id: LogId) -> Vec<String> {
+    meta.list(&keys::partition(log_id), &keys::first_key(log_id), &keys::last_key(log_id)).await.unwrap()
 }

@@ -176,15 +176,13 @@ const FAULT_AFTER: Duration = Duration::from_millis(1500);
 const OUTAGE: Duration = Duration::from_secs(1);
 const RUN_FOR: Duration = Duration::from_secs(6);
 
+/// A run's metadata store, WAL root, and the Oxia server and relay behind them, if any.
+type Stores = (Arc<dyn MetaStore>, Arc<dyn ObjectStore>, Option<StandaloneOxia>, Option<Relay>);
+
 async fn run(seed: u64, scenario: Scenario) -> Report {
     let Scenario { backend, injected_faults, real_fault } = scenario;
     // The Oxia server lives as long as the run (its guard is dropped at the end).
-    let (meta, wal, oxia, relay): (
-        Arc<dyn MetaStore>,
-        Arc<dyn ObjectStore>,
-        Option<StandaloneOxia>,
-        Option<Relay>,
-    ) = match backend {
+    let (meta, wal, oxia, relay): Stores = match backend {
         Backend::Memory => {
             (Arc::new(InMemoryStore::new()), Arc::new(MemObjects::new(Arc::new(SystemClock))), None, None)
         }
