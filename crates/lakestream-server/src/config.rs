@@ -151,6 +151,10 @@ pub enum MetadataConfig {
         /// The Oxia namespace. Default `default`.
         #[serde(default = "default_oxia_namespace")]
         namespace: String,
+        /// The gRPC service name. Default `io.oxia.proto.v1.OxiaClient` (servers v0.15 and
+        /// later); `io.streamnative.oxia.proto.OxiaClient` for older servers.
+        #[serde(default = "default_oxia_service_name")]
+        service_name: String,
         /// Session timeout behind leases. Default 15 s.
         #[serde(default = "default_session_timeout", with = "humantime_serde")]
         session_timeout: Duration,
@@ -181,6 +185,7 @@ impl std::fmt::Debug for MetadataConfig {
             MetadataConfig::Oxia {
                 addresses,
                 namespace,
+                service_name,
                 session_timeout,
                 request_timeout,
                 bearer_token,
@@ -191,6 +196,7 @@ impl std::fmt::Debug for MetadataConfig {
                 .debug_struct("Oxia")
                 .field("addresses", addresses)
                 .field("namespace", namespace)
+                .field("service_name", service_name)
                 .field("session_timeout", session_timeout)
                 .field("request_timeout", request_timeout)
                 .field("bearer_token", &bearer_token.as_ref().map(|_| "<redacted>"))
@@ -204,6 +210,9 @@ impl std::fmt::Debug for MetadataConfig {
 
 fn default_oxia_namespace() -> String {
     "default".into()
+}
+fn default_oxia_service_name() -> String {
+    lakestream_meta_oxia::DEFAULT_SERVICE_NAME.into()
 }
 fn default_session_timeout() -> Duration {
     Duration::from_secs(15)
@@ -365,6 +374,7 @@ impl ServerConfig {
             self.metadata = match std::mem::replace(&mut self.metadata, MetadataConfig::Memory) {
                 MetadataConfig::Oxia {
                     namespace,
+                    service_name,
                     session_timeout,
                     request_timeout,
                     bearer_token,
@@ -375,6 +385,7 @@ impl ServerConfig {
                 } => MetadataConfig::Oxia {
                     addresses: list,
                     namespace,
+                    service_name,
                     session_timeout,
                     request_timeout,
                     bearer_token,
@@ -385,6 +396,7 @@ impl ServerConfig {
                 _ => MetadataConfig::Oxia {
                     addresses: list,
                     namespace: default_oxia_namespace(),
+                    service_name: default_oxia_service_name(),
                     session_timeout: default_session_timeout(),
                     request_timeout: default_request_timeout(),
                     bearer_token: None,

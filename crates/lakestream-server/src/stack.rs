@@ -208,6 +208,7 @@ async fn open_meta(config: &MetadataConfig, clock: Arc<dyn Clock>) -> Result<Arc
         MetadataConfig::Oxia {
             addresses,
             namespace,
+            service_name,
             session_timeout,
             request_timeout,
             bearer_token,
@@ -217,6 +218,7 @@ async fn open_meta(config: &MetadataConfig, clock: Arc<dyn Clock>) -> Result<Arc
         } => {
             let mut c = OxiaConfig::new(addresses.clone());
             c.namespace = namespace.clone();
+            c.service_name = service_name.clone();
             c.session_timeout = *session_timeout;
             c.request_timeout = *request_timeout;
             c.bearer_token = bearer_token.clone();
