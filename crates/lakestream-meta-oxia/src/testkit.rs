@@ -156,18 +156,23 @@ impl Drop for StandaloneOxia {
 pub use relay::Relay;
 
 mod relay {
+    use std::sync::{Arc, Mutex, PoisonError};
 
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     use tokio::net::{TcpListener, TcpStream};
     use tokio::sync::watch;
     use tokio::task::JoinHandle;
 
+    /// The kill switches of the connections accepted so far, by accept order.
+    type Connections = Arc<Mutex<Vec<watch::Sender<bool>>>>;
+
     /// See the re-export's documentation.
     #[derive(Debug)]
     pub struct Relay {
         address: String,
         hold: watch::Sender<bool>,
-        cuts: watch::Sender<u64>,
+        upstream: watch::Sender<String>,
+        connections: Connections,
         acceptor: JoinHandle<()>,
     }
 
@@ -177,26 +182,22 @@ mod relay {
             let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind the relay");
             let address = listener.local_addr().expect("relay address").to_string();
             let (hold, _) = watch::channel(false);
-            let (cuts, _) = watch::channel(0u64);
-            let upstream = upstream.to_owned();
-            let (hold_rx, cuts_rx) = (hold.subscribe(), cuts.subscribe());
+            let (upstream, upstream_rx) = watch::channel(upstream.to_owned());
+            let connections = Connections::default();
+            let (hold_rx, accepted) = (hold.subscribe(), Arc::clone(&connections));
             let acceptor = tokio::spawn(async move {
                 while let Ok((client, _)) = listener.accept().await {
-                    let Ok(server) = TcpStream::connect(&upstream).await else { continue };
+                    let target = upstream_rx.borrow().clone();
+                    let Ok(server) = TcpStream::connect(&target).await else { continue };
                     let (client_read, client_write) = client.into_split();
                     let (server_read, server_write) = server.into_split();
-                    let generation = *cuts_rx.borrow();
-                    tokio::spawn(pump(client_read, server_write, None, cuts_rx.clone(), generation));
-                    tokio::spawn(pump(
-                        server_read,
-                        client_write,
-                        Some(hold_rx.clone()),
-                        cuts_rx.clone(),
-                        generation,
-                    ));
+                    let (kill, killed) = watch::channel(false);
+                    accepted.lock().unwrap_or_else(PoisonError::into_inner).push(kill);
+                    tokio::spawn(pump(client_read, server_write, None, killed.clone()));
+                    tokio::spawn(pump(server_read, client_write, Some(hold_rx.clone()), killed));
                 }
             });
-            Self { address, hold, cuts, acceptor }
+            Self { address, hold, upstream, connections, acceptor }
         }
 
         /// `host:port` to dial instead of the server.
@@ -204,14 +205,32 @@ mod relay {
             self.address.clone()
         }
 
+        /// Sends new connections to `upstream` from now on (open ones are left alone).
+        pub fn redirect(&self, upstream: &str) {
+            self.upstream.send_replace(upstream.to_owned());
+        }
+
         /// Holds back (or releases) everything the server sends.
         pub fn hold_answers(&self, hold: bool) {
             self.hold.send_replace(hold);
         }
 
+        /// How many connections were accepted so far (cut or not).
+        pub fn accepted(&self) -> usize {
+            self.connections.lock().unwrap_or_else(PoisonError::into_inner).len()
+        }
+
         /// Drops every open connection; new ones are still accepted.
         pub fn cut(&self) {
-            self.cuts.send_modify(|generation| *generation += 1);
+            self.cut_from(0);
+        }
+
+        /// Drops the open connections accepted `first`-th or later (0-based, in accept
+        /// order); earlier ones and new ones are left alone.
+        pub fn cut_from(&self, first: usize) {
+            for kill in self.connections.lock().unwrap_or_else(PoisonError::into_inner).iter().skip(first) {
+                kill.send_replace(true);
+            }
         }
 
         /// Drops every connection and refuses new ones.
@@ -227,29 +246,19 @@ mod relay {
         }
     }
 
-    /// Copies `from` to `to` until either side closes or the connection is cut. With `hold`,
-    /// each chunk waits while the flag is set.
+    /// Copies `from` to `to` until either side closes or the connection is killed. With
+    /// `hold`, each chunk waits while the flag is set.
     async fn pump(
         mut from: tokio::net::tcp::OwnedReadHalf,
         mut to: tokio::net::tcp::OwnedWriteHalf,
         mut hold: Option<watch::Receiver<bool>>,
-        mut cuts: watch::Receiver<u64>,
-        generation: u64,
+        mut killed: watch::Receiver<bool>,
     ) {
         let mut buffer = vec![0u8; 64 * 1024];
-        // Mark the current generation seen, so `changed` waits for the next cut: a receiver
-        // cloned after a cut would otherwise report that cut at once and drop the new
-        // connection.
-        if *cuts.borrow_and_update() != generation {
-            return;
-        }
         loop {
-            if *cuts.borrow() != generation {
-                return;
-            }
             let read = tokio::select! {
                 read = from.read(&mut buffer) => read,
-                _ = cuts.changed() => return,
+                _ = killed.wait_for(|k| *k) => return,
             };
             let n = match read {
                 Ok(0) | Err(_) => return,
@@ -258,7 +267,7 @@ mod relay {
             if let Some(hold) = hold.as_mut() {
                 tokio::select! {
                     released = hold.wait_for(|held| !*held) => if released.is_err() { return },
-                    _ = cuts.changed() => return,
+                    _ = killed.wait_for(|k| *k) => return,
                 }
             }
             if to.write_all(&buffer[..n]).await.is_err() {

@@ -322,6 +322,54 @@ async fn writes_follow_a_leader_change() {
     assert!(parsed.end_offset >= 2, "the sequence continued across the move: {}", written.key);
 }
 
+/// A write stream that the server refuses at open applied nothing: the write is never
+/// reported as outcome unknown, and once a server that holds the shard answers, it is sent
+/// and commits exactly once, continuing the log's sequence. Two real servers stand behind one
+/// relay address: A (4 shards) and B (1 shard, so shard 2 is unknown to it and every stream
+/// for it is refused); the relay sends connections to B for a while, then back to A.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_write_stream_applies_nothing_and_the_write_commits_once_later() {
+    let (a, b) = (StandaloneOxia::start(4, &[]).await, StandaloneOxia::start(1, &[]).await);
+    let relay = Relay::start(&a.address()).await;
+    let config =
+        OxiaConfig { request_timeout: Duration::from_secs(20), ..OxiaConfig::new([relay.address()]) };
+    let store = OxiaStore::connect(config).await.expect("connect through the relay to A");
+    // A log whose partition lives on shard 2 of A.
+    let log = (1..)
+        .map(|n| LogId(fresh_log_id().0 + n))
+        .find(|log| store.client().shard_for(&keys::partition(*log)) == Ok(2))
+        .expect("some log id routes to shard 2");
+    let (partition, prefix) = (keys::partition(log), keys::index_prefix(log));
+    store.sequenced_put(&partition, &prefix, &[1, 1], Bytes::new()).await.expect("first put, on A");
+
+    // Only the write connection goes to B: the assignment stream (the first connection) stays
+    // on A, so the client keeps routing the log to shard 2.
+    assert_eq!(relay.accepted(), 2, "the assignment stream and the write stream");
+    relay.redirect(&b.address());
+    relay.cut_from(1);
+    // Let the client see its stream to A end first: a write handed to a stream that is already
+    // cut but not yet known to be is honestly outcome unknown, and that is not this test.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let pending = {
+        let store = store.clone();
+        let (partition, prefix) = (partition.clone(), prefix.clone());
+        tokio::spawn(async move { store.sequenced_put(&partition, &prefix, &[1, 1], Bytes::new()).await })
+    };
+    // Long enough for B to refuse the stream several times.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert!(!pending.is_finished(), "the write gave up while only B answered: {:?}", pending.await);
+    let b_store = OxiaStore::connect(OxiaConfig::new([b.address()])).await.expect("connect to B");
+    let on_b = b_store.list(&partition, &keys::first_key(log), &keys::last_key(log)).await.expect("list B");
+    assert!(on_b.is_empty(), "B applied something: {on_b:?}");
+
+    relay.redirect(&a.address());
+    relay.cut_from(1);
+    let written = pending.await.expect("joined").expect("committed once A answered again");
+    assert_eq!(written.key, keys::index_key(log, 2, 2), "continues the sequence, applied once");
+    let on_a = store.list(&partition, &keys::first_key(log), &keys::last_key(log)).await.expect("list A");
+    assert_eq!(on_a, [keys::index_key(log, 1, 1), keys::index_key(log, 2, 2)]);
+}
+
 /// oxia.md §10: with the shortest session timeout Oxia accepts (2 s), heartbeats come often
 /// enough that the session and its ephemeral record outlive several timeouts.
 #[tokio::test]
