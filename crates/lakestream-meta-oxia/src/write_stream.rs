@@ -125,45 +125,136 @@ impl WriteCall {
     }
 }
 
-/// Callers of requests that were sent, oldest first: responses come back in this order.
+/// Callers of requests that were sent, oldest first: responses come back in this order. One
+/// request may carry the puts of several callers ([`coalesce`]); its response is split back
+/// among them, each getting its own puts' outcomes.
 #[derive(Debug, Default)]
 pub struct PendingWrites {
-    callers: VecDeque<oneshot::Sender<WriteReply>>,
+    requests: VecDeque<Vec<(oneshot::Sender<WriteReply>, usize)>>,
 }
 
 impl PendingWrites {
     /// How many requests await a response.
     pub fn len(&self) -> usize {
-        self.callers.len()
+        self.requests.len()
     }
 
     /// Whether no request awaits a response.
     pub fn is_empty(&self) -> bool {
-        self.callers.is_empty()
+        self.requests.is_empty()
     }
 
-    /// Records a sent request's caller.
+    /// Records a sent request of one caller.
     pub fn sent(&mut self, caller: oneshot::Sender<WriteReply>) {
-        self.callers.push_back(caller);
+        self.requests.push_back(vec![(caller, 0)]);
     }
 
-    /// Hands a response to the oldest caller. A response with no request waiting breaks the
-    /// protocol: returned as an error.
+    /// Records a sent request that carries the puts of several callers, in order: each with
+    /// how many puts are its.
+    pub fn sent_coalesced(&mut self, callers: Vec<(oneshot::Sender<WriteReply>, usize)>) {
+        self.requests.push_back(callers);
+    }
+
+    /// Hands a response to the oldest request's callers. A response with no request waiting,
+    /// or whose puts do not match the callers' counts, breaks the protocol: returned as an
+    /// error (the request's callers then learn nothing more than "in flight").
     pub fn answer(&mut self, response: WriteResponse) -> Result<(), OxiaError> {
-        let caller = self.callers.pop_front().ok_or_else(|| {
+        let mut callers = self.requests.pop_front().ok_or_else(|| {
             OxiaError::new(OxiaErrorKind::Other, "the server answered a write that was not sent")
         })?;
-        // The caller may have given up (timeout); the answer is then dropped.
-        let _ = caller.send(Ok(response));
+        if callers.len() == 1
+            && let Some((caller, _)) = callers.pop()
+        {
+            // One caller: the whole response is its, whatever it holds.
+            let _ = caller.send(Ok(response));
+            return Ok(());
+        }
+        let expected: usize = callers.iter().map(|(_, puts)| puts).sum();
+        if response.puts.len() != expected
+            || !response.deletes.is_empty()
+            || !response.delete_ranges.is_empty()
+        {
+            let error = OxiaError::new(
+                OxiaErrorKind::Other,
+                format!("a write of {expected} puts was answered with {} put results", response.puts.len()),
+            );
+            for (caller, _) in callers {
+                let _ = caller.send(Err(WriteFailure::InFlight(error.clone())));
+            }
+            return Err(error);
+        }
+        let mut results = response.puts.into_iter();
+        for (caller, puts) in callers {
+            let own =
+                WriteResponse { puts: results.by_ref().take(puts).collect(), ..WriteResponse::default() };
+            // The caller may have given up (timeout); its answer is then dropped.
+            let _ = caller.send(Ok(own));
+        }
         Ok(())
     }
 
     /// Fails every waiting caller with an unknown outcome: each request was transmitted.
     pub fn break_all(&mut self, error: &OxiaError) {
-        for caller in self.callers.drain(..) {
+        for (caller, _) in self.requests.drain(..).flatten() {
             let _ = caller.send(Err(WriteFailure::InFlight(error.clone())));
         }
     }
+}
+
+/// The most puts one coalesced request carries (Oxia's Go client batches at most 1000).
+pub const MAX_COALESCED_PUTS: usize = 1000;
+/// The most bytes of keys and values one coalesced request carries.
+pub const MAX_COALESCED_BYTES: usize = 4 << 20;
+
+/// Whether a request holds puts only: only those may share a request, because the server
+/// applies a request's puts before its deletes and delete-ranges (oxia.md §6.1), which would
+/// reorder calls of different kinds.
+fn puts_only(request: &WriteRequest) -> bool {
+    !request.puts.is_empty() && request.deletes.is_empty() && request.delete_ranges.is_empty()
+}
+
+fn put_bytes(request: &WriteRequest) -> usize {
+    request.puts.iter().map(|p| p.key.len() + p.value.len()).sum()
+}
+
+/// Calls taken from the queue but not yet transmitted, oldest first: they go before any call
+/// still in the channel.
+pub type Held = VecDeque<WriteCall>;
+
+/// The next call: a held one first, then the channel's, without waiting.
+fn try_next(calls: &mut mpsc::UnboundedReceiver<WriteCall>, held: &mut Held) -> Option<WriteCall> {
+    held.pop_front().or_else(|| calls.try_recv().ok())
+}
+
+/// Takes the calls queued behind `first` that may share its request (puts only, within the
+/// batch limits), in order, and returns them; the first call that may not goes back to the
+/// front of `held`. Withdrawn calls are dropped on the way.
+fn coalesce(
+    first: &WriteCall,
+    calls: &mut mpsc::UnboundedReceiver<WriteCall>,
+    held: &mut Held,
+) -> Vec<WriteCall> {
+    let mut taken = Vec::new();
+    if !puts_only(&first.request) {
+        return taken;
+    }
+    let (mut puts, mut bytes) = (first.request.puts.len(), put_bytes(&first.request));
+    while let Some(call) = try_next(calls, held) {
+        if call.state.is_withdrawn() {
+            continue;
+        }
+        let fits = puts_only(&call.request)
+            && puts + call.request.puts.len() <= MAX_COALESCED_PUTS
+            && bytes + put_bytes(&call.request) <= MAX_COALESCED_BYTES;
+        if !fits {
+            held.push_front(call);
+            break;
+        }
+        puts += call.request.puts.len();
+        bytes += put_bytes(&call.request);
+        taken.push(call);
+    }
+    taken
 }
 
 /// What the inbound side of a stream reports.
@@ -221,25 +312,29 @@ pub enum PipelineEnd {
 /// Runs one accepted stream's pipeline until it breaks, or until every caller handle is gone
 /// and every sent request is answered.
 ///
-/// `held` is a call taken from `calls` but not yet transmitted; it goes first. Calls withdrawn
+/// `held` are calls taken from `calls` but not yet transmitted; they go first. Calls withdrawn
 /// by their callers are dropped unsent. At most `max_pending` requests are in flight. When
-/// the stream breaks, a call that could not be transmitted is left in `held`.
+/// the stream breaks, calls that could not be transmitted are left in `held`, in order.
 pub async fn run_pipeline(
     calls: &mut mpsc::UnboundedReceiver<WriteCall>,
-    held: &mut Option<WriteCall>,
+    held: &mut Held,
     stream: &mut StreamChannels,
     max_pending: usize,
 ) -> PipelineEnd {
     let mut pending = PendingWrites::default();
     let mut accepting = true;
     let end = loop {
-        if !accepting && held.is_none() && pending.is_empty() {
+        if !accepting && held.is_empty() && pending.is_empty() {
             break PipelineEnd::CallersGone;
         }
         let room = pending.len() < max_pending;
-        if room && let Some(call) = held.take() {
-            if let Err((call, error)) = transmit(call, &stream.outbound, &mut pending).await {
-                *held = Some(call);
+        if room && let Some(call) = held.pop_front() {
+            // Puts queued behind it go in the same request, in order.
+            let more = coalesce(&call, calls, held);
+            if let Err((unsent, error)) = transmit(call, more, &stream.outbound, &mut pending).await {
+                for call in unsent.into_iter().rev() {
+                    held.push_front(call);
+                }
                 break PipelineEnd::Broken(error);
             }
             continue;
@@ -259,8 +354,8 @@ pub async fn run_pipeline(
                 Some(Inbound::Failed(error)) => break PipelineEnd::Broken(error),
             },
             // Transmitted at the top of the loop, once there is room.
-            call = calls.recv(), if accepting && held.is_none() => match call {
-                Some(call) => *held = Some(call),
+            call = calls.recv(), if accepting && held.is_empty() => match call {
+                Some(call) => held.push_back(call),
                 None => accepting = false,
             },
         }
@@ -276,45 +371,61 @@ pub async fn run_pipeline(
     end
 }
 
-/// Transmits `call` unless its caller withdrew it. A call the stream no longer takes is
-/// handed back, sendable again, with the error.
+/// Transmits `first` with the puts of `more` in the same request, in order, leaving out calls
+/// withdrawn meanwhile. If the stream no longer takes requests nothing was transmitted: the
+/// calls, sendable again, are handed back in order with the error.
 async fn transmit(
-    call: WriteCall,
+    first: WriteCall,
+    more: Vec<WriteCall>,
     outbound: &mpsc::Sender<WriteRequest>,
     pending: &mut PendingWrites,
-) -> Result<(), (WriteCall, OxiaError)> {
-    if !call.state.take_for_sending() {
-        return Ok(()); // withdrawn by its caller: never sent
-    }
-    let WriteCall { request, reply, state } = call;
-    match outbound.send(request).await {
-        Ok(()) => {
-            pending.sent(reply);
-            Ok(())
+) -> Result<(), (Vec<WriteCall>, OxiaError)> {
+    let mut calls: Vec<WriteCall> =
+        std::iter::once(first).chain(more).filter(|call| call.state.take_for_sending()).collect();
+    let counts: Vec<usize> = calls.iter().map(|call| call.request.puts.len()).collect();
+    // The requests move into the one sent (no copy of their values), and back on failure.
+    let request = match calls.as_mut_slice() {
+        [] => return Ok(()), // every one withdrawn by its caller: never sent
+        [only] => std::mem::take(&mut only.request),
+        all => WriteRequest {
+            shard: all[0].request.shard,
+            puts: all.iter_mut().flat_map(|call| std::mem::take(&mut call.request.puts)).collect(),
+            ..WriteRequest::default()
+        },
+    };
+    if let Err(mpsc::error::SendError(request)) = outbound.send(request).await {
+        if let [only] = calls.as_mut_slice() {
+            only.request = request;
+        } else {
+            let mut puts = request.puts.into_iter();
+            for (call, count) in calls.iter_mut().zip(&counts) {
+                call.request.puts = puts.by_ref().take(*count).collect();
+            }
         }
-        Err(mpsc::error::SendError(request)) => {
-            state.requeue();
-            let error = OxiaError::new(OxiaErrorKind::StreamEnded, "the write stream closed");
-            Err((WriteCall { request, reply, state }, error))
+        for call in &calls {
+            call.state.requeue();
         }
+        return Err((calls, OxiaError::new(OxiaErrorKind::StreamEnded, "the write stream closed")));
     }
+    if calls.len() == 1 {
+        pending.sent(calls.remove(0).reply);
+    } else {
+        pending.sent_coalesced(calls.into_iter().map(|call| call.reply).zip(counts).collect());
+    }
+    Ok(())
 }
 
-/// Drops the held call and queued calls that their callers withdrew; leaves the first live
-/// one in `held`. Returns false once every sender is gone and nothing is held.
-async fn wait_for_live_call(
-    calls: &mut mpsc::UnboundedReceiver<WriteCall>,
-    held: &mut Option<WriteCall>,
-) -> bool {
+/// Drops held and queued calls that their callers withdrew, until a live one is at the front
+/// of `held`. Returns false once every sender is gone and nothing is held.
+async fn wait_for_live_call(calls: &mut mpsc::UnboundedReceiver<WriteCall>, held: &mut Held) -> bool {
     loop {
-        match held.take() {
-            Some(call) if !call.state.is_withdrawn() => {
-                *held = Some(call);
-                return true;
+        match held.front() {
+            Some(call) if !call.state.is_withdrawn() => return true,
+            Some(_) => {
+                held.pop_front();
             }
-            Some(_) => {}
             None => match calls.recv().await {
-                Some(call) => *held = Some(call),
+                Some(call) => held.push_back(call),
                 None => return false,
             },
         }
@@ -331,7 +442,7 @@ pub async fn drive(
     max_pending: usize,
     handshake_timeout: Duration,
 ) {
-    let mut held: Option<WriteCall> = None;
+    let mut held = Held::new();
     let mut backoff = FIRST_BACKOFF;
     loop {
         if !wait_for_live_call(&mut calls, &mut held).await {
@@ -508,14 +619,29 @@ mod tests {
     use lakestream_format::ErrorClass;
 
     use super::*;
-    use crate::proto::oxia::{PutRequest, PutResponse};
+    use crate::proto::oxia::{DeleteRequest, PutRequest, PutResponse};
 
+    /// A request that shares no request with another (a delete), so that one call is one
+    /// request on the stream.
     fn request(tag: &str) -> WriteRequest {
+        WriteRequest {
+            shard: Some(0),
+            deletes: vec![DeleteRequest { key: tag.to_owned(), ..DeleteRequest::default() }],
+            ..WriteRequest::default()
+        }
+    }
+
+    /// A put: puts queued together share one request.
+    fn put(tag: &str) -> WriteRequest {
         WriteRequest {
             shard: Some(0),
             puts: vec![PutRequest { key: tag.to_owned(), ..PutRequest::default() }],
             ..WriteRequest::default()
         }
+    }
+
+    fn puts_of(request: &WriteRequest) -> Vec<String> {
+        request.puts.iter().map(|p| p.key.clone()).collect()
     }
 
     fn response(tag: &str) -> WriteResponse {
@@ -526,7 +652,7 @@ mod tests {
     }
 
     fn tag_of_request(request: &WriteRequest) -> Option<String> {
-        request.puts.first().map(|p| p.key.clone())
+        request.deletes.first().map(|d| d.key.clone()).or_else(|| request.puts.first().map(|p| p.key.clone()))
     }
 
     fn tag_of(reply: WriteReply) -> String {
@@ -771,6 +897,53 @@ mod tests {
         assert_eq!(tag_of_request(&next.next_request().await).as_deref(), Some("b"));
         next.answer("rb").await;
         assert_eq!(tag_of(second.await.expect("joined")), "rb");
+    }
+
+    /// Puts queued together go out as one request, in call order, and each caller gets its
+    /// own puts' results; a call of another kind (a delete) never shares a request, because
+    /// the server applies a request's puts before its deletes (oxia.md §6.1).
+    #[tokio::test]
+    async fn queued_puts_share_a_request_in_order_and_each_caller_gets_its_results() {
+        let mut h = harness(16);
+        let calls = [put("p0"), put("p1"), request("d2"), put("p3"), put("p4")];
+        let futures: Vec<_> = calls.into_iter().map(|r| h.writer.write(r, Duration::from_secs(30))).collect();
+        let handles: Vec<_> = futures.into_iter().map(tokio::spawn).collect();
+        let mut far = h.next_stream().await;
+        far.accept().await;
+        assert_eq!(puts_of(&far.next_request().await), ["p0", "p1"]);
+        assert_eq!(tag_of_request(&far.next_request().await).as_deref(), Some("d2"));
+        assert_eq!(puts_of(&far.next_request().await), ["p3", "p4"]);
+        let two = |a: &str, b: &str| WriteResponse {
+            puts: vec![
+                PutResponse { key: Some(a.to_owned()), ..PutResponse::default() },
+                PutResponse { key: Some(b.to_owned()), ..PutResponse::default() },
+            ],
+            ..WriteResponse::default()
+        };
+        far.inbound.send(Inbound::Response(two("r0", "r1"))).await.expect("alive");
+        far.answer("r2").await;
+        far.inbound.send(Inbound::Response(two("r3", "r4"))).await.expect("alive");
+        for (i, handle) in handles.into_iter().enumerate() {
+            assert_eq!(tag_of(handle.await.expect("joined")), format!("r{i}"));
+        }
+    }
+
+    /// A coalesced request answered with the wrong number of put results breaks the stream:
+    /// its callers learn only that their puts were in flight.
+    #[tokio::test]
+    async fn a_coalesced_request_answered_with_too_few_results_is_outcome_unknown() {
+        let mut h = harness(16);
+        let futures: Vec<_> =
+            [put("p0"), put("p1")].into_iter().map(|r| h.writer.write(r, Duration::from_secs(30))).collect();
+        let handles: Vec<_> = futures.into_iter().map(tokio::spawn).collect();
+        let mut far = h.next_stream().await;
+        far.accept().await;
+        assert_eq!(puts_of(&far.next_request().await), ["p0", "p1"]);
+        far.answer("only-one").await;
+        for handle in handles {
+            let failure = handle.await.expect("joined").expect_err("mismatched answer");
+            assert_eq!(failure.to_meta_error().class(), ErrorClass::OutcomeUnknown, "{failure:?}");
+        }
     }
 
     #[test]
