@@ -4,6 +4,7 @@
 mod common;
 
 use std::sync::Mutex;
+use std::time::Duration;
 
 use bytes::Bytes;
 use common::{Stack, append_n, log_ref, object_names, read_all, test_config};
@@ -16,6 +17,7 @@ use lakestream_format::{FileType, LogId};
 use lakestream_meta::PutCondition;
 use lakestream_meta::lease;
 use lakestream_objstore::ObjectPath;
+use lakestream_writer::WriterConfig;
 
 const AGE: i64 = 180_000;
 
@@ -241,16 +243,23 @@ async fn entries_below_b_left_out_of_a_straddling_record_keep_exact_cumulative_s
     // One RAW record of three entries; B inside it: the rows written are the entries from
     // the one holding B, with cumulative sizes counted back from the record's key.
     let s = Stack::new();
-    let w = s.writer(6);
     let log = log_ref(12);
+    // 1 + 2 + 3 payload bytes fill one batch: the three entries share one RAW record.
+    let w = s.writer_with(6, one_batch_of_bytes(6));
     let payloads = ["a", "bb", "ccc"];
     let futures: Vec<_> =
         payloads.iter().map(|p| w.append(log.log_id, Bytes::from_static(p.as_bytes()), 1)).collect();
     let acks = futures::future::join_all(futures).await;
     assert!(acks.iter().all(Result::is_ok));
+    w.close().await;
+    let w = s.writer(60); // its own token seed: the clock stands still, names differ by token
     w.append(log.log_id, Bytes::from_static(b"dddd"), 1).await.unwrap();
-    let records = index_values(&s, log.log_id).await;
-    w.soft_trim(log.log_id, 1).await.unwrap(); // B = 2
+    let records: Vec<u64> = index_values(&s, log.log_id).await.iter().map(|(k, _, _)| k.end_offset).collect();
+    assert_eq!(records, vec![3, 4], "the layout this test needs: [0, 3) in one record, then [3, 4)");
+    let entries = read_all(&s.reader(), &log, 0).await;
+    let order: Vec<&[u8]> = entries.iter().map(|e| &e.payload[..]).collect();
+    assert_eq!(order, vec![&b"a"[..], b"bb", b"ccc", b"dddd"]);
+    w.soft_trim(log.log_id, 1).await.unwrap(); // B = 2, inside the record [0, 3)
     s.clock.advance_ms(AGE);
     let c = s.compactor(test_config(), 17);
     c.compact_log(&log, &no_progress).await.unwrap();
@@ -259,12 +268,8 @@ async fn entries_below_b_left_out_of_a_straddling_record_keep_exact_cumulative_s
     let bytes = s.compacted.get(&ObjectPath::new(companion.clone()).unwrap()).await.unwrap();
     let rows = read_companion(&bytes, ReadOptions::default()).unwrap();
     let got: Vec<(u64, u64)> = rows.rows().iter().map(|r| (r.offset, r.cumulative_size)).collect();
-    if records.len() == 2 {
-        // The three concurrent appends shared one WAL object and one RAW record.
-        assert_eq!(got, vec![(2, 6), (3, 10)]);
-    } else {
-        assert_eq!(got.last(), Some(&(3, 10)));
-    }
+    // "a" (ends at 1) is left out; "bb" holds B; cumulative sizes 1+2+3 = 6 and 6+4 = 10.
+    assert_eq!(got, vec![(2, 6), (3, 10)]);
     w.close().await;
 }
 
@@ -413,9 +418,10 @@ async fn c3_never_puts_after_the_deadline() {
 }
 
 #[tokio::test]
-async fn hard_trim_stays_at_or_below_b_keeps_the_last_record_and_deletes_files_first() {
+async fn hard_trim_stays_at_or_below_b_and_keeps_the_last_record() {
     // [Compactor] A hard trim MUST use an X at or below B, and MUST NOT remove the log's last
-    // index record; SHOULD delete compacted files before the records that name them.
+    // index record. (The order of file and record deletion:
+    // hard_trim_deletes_the_compacted_files_before_the_records_that_name_them.)
     let s = Stack::new();
     let w = s.writer(14);
     let log = log_ref(21);
@@ -486,7 +492,9 @@ async fn wal_objects_are_deleted_only_a_grace_period_after_their_last_record_wen
 #[tokio::test]
 async fn a_wal_object_shared_by_two_logs_waits_for_both() {
     let s = Stack::new();
-    let w = s.writer(16);
+    // The batch flushes when it holds 2 payload bytes, never on time: both entries share
+    // one WAL object whatever the scheduling.
+    let w = s.writer_with(16, one_batch_of_bytes(2));
     let (a, b) = (LogId(23), LogId(24));
     let acks = futures::future::join(
         w.append(a, Bytes::from_static(b"a"), 1),
@@ -496,20 +504,32 @@ async fn a_wal_object_shared_by_two_logs_waits_for_both() {
     acks.0.unwrap();
     acks.1.unwrap();
     let objects = object_names(&s.wal).await;
+    assert_eq!(objects.len(), 1, "the layout this test needs: one object for both logs");
+    let shared = s.wal.get(&ObjectPath::new(objects[0].clone()).unwrap()).await.unwrap();
+    let sections = lakestream_format::wal::WalObject::parse(shared).unwrap().index().sections().len();
+    assert_eq!(sections, 2);
     let c = s.compactor(CompactorConfig { orphan_scan: false, ..test_config() }, 30);
     s.clock.advance_ms(AGE);
     c.compact_log(&log_ref(23), &no_progress).await.unwrap();
+    assert_eq!(ledger::list(s.meta.as_ref()).await.unwrap().len(), 1, "log 23 retired the object");
     s.clock.advance_ms(10 * 3_600_000);
     for _ in 0..3 {
         c.gc_once(&no_progress).await.unwrap();
         s.clock.advance_ms(2 * 3_600_000);
     }
-    let still = object_names(&s.wal).await;
-    if objects.len() == 1 {
-        assert_eq!(still, objects, "log 24 still names the shared object");
-    }
+    assert_eq!(object_names(&s.wal).await, objects, "log 24 still names the shared object");
     assert_eq!(read_all(&s.reader(), &log_ref(24), 0).await.len(), 1);
     w.close().await;
+}
+
+/// Writer settings under which a batch is flushed once it holds `bytes` payload bytes (or on
+/// close), never by its time window: entries appended together share one WAL object.
+fn one_batch_of_bytes(bytes: usize) -> WriterConfig {
+    WriterConfig {
+        flush_window: Duration::from_secs(24 * 3600),
+        flush_bytes: bytes,
+        ..WriterConfig::default()
+    }
 }
 
 #[tokio::test]
@@ -698,5 +718,167 @@ async fn a_stale_compaction_inside_an_installed_range_is_refused() {
     assert_eq!(read_all(&s.reader(), &log, 0).await, acked);
     lease.release(s.meta.as_ref()).await.unwrap();
     claim.release(s.meta.as_ref()).await;
+    w.close().await;
+}
+
+/// Appends `n` one-record entries to `log` with `w`, ages them, and has `c` claim the log and
+/// prepare (C2) its whole range.
+async fn claimed_and_prepared(
+    s: &Stack,
+    w: &lakestream_writer::Writer,
+    c: &lakestream_compactor::Compactor,
+    log: &lakestream_format::LogRef,
+    n: usize,
+) -> (lakestream_compactor::compactor::Claim, lakestream_compactor::PreparedCompaction) {
+    append_n(w, log.log_id, n, 1, "rule").await;
+    s.clock.advance_ms(AGE);
+    let claim = c.claim(log.log_id).await.unwrap();
+    let (_, planning) = c.plan(log.log_id).await.unwrap();
+    let NextRange::Ready(plan) = planning.next else { panic!("{n} aged entries make a ready range") };
+    let prepared = c.prepare(log, &plan).await.unwrap().unwrap();
+    (claim, prepared)
+}
+
+#[tokio::test]
+async fn a_compactor_stops_c3_to_c5_and_hard_trims_once_its_session_ends() {
+    // [Compactor] A compactor SHOULD stop the compaction index update (C3–C5) and any hard
+    // trim once it learns that the session behind its write lease has ended. The session
+    // ends right after one step took effect; the next step must not run.
+    let (s, ops) = common::Stack::recorded();
+    let w = s.writer(150);
+    let c = s.compactor(test_config(), 50);
+
+    // Ends after C3's Put: no C4, no C5.
+    let log = log_ref(50);
+    let (claim, prepared) = claimed_and_prepared(&s, &w, &c, &log, 4).await;
+    let (mem, session) = (s.mem.clone(), c.session_id().await.unwrap());
+    let key = prepared.key();
+    ops.after(
+        move |op| op.starts_with("meta.put 50 ") && op.contains(&key),
+        move || assert!(mem.expire_session(&session)),
+    );
+    let err = c.finish(&claim, &prepared).await.unwrap_err();
+    assert!(matches!(err, CompactError::SessionEnded { .. }), "{err}");
+    assert!(ops.fired());
+    let types: Vec<FileType> =
+        index_values(&s, log.log_id).await.iter().map(|(_, v, _)| v.file_type()).collect();
+    assert_eq!(types, [FileType::Raw, FileType::Raw, FileType::Raw, FileType::Parquet], "C3 only");
+    assert!(ops.position(&["meta.delete_range 50 "]).is_none(), "no C4: {:?}", ops.ops());
+    assert!(s.meta.get("50", &keys::compaction_cursor_key(log.log_id)).await.unwrap().is_none(), "no C5");
+
+    // Ends after C4's DeleteRange: no C5.
+    let log = log_ref(51);
+    let (claim, prepared) = claimed_and_prepared(&s, &w, &c, &log, 4).await;
+    let (mem, session) = (s.mem.clone(), c.session_id().await.unwrap());
+    ops.after(|op| op.starts_with("meta.delete_range 51 "), move || assert!(mem.expire_session(&session)));
+    let err = c.finish(&claim, &prepared).await.unwrap_err();
+    assert!(matches!(err, CompactError::SessionEnded { .. }), "{err}");
+    assert!(ops.fired());
+    assert_eq!(index_values(&s, log.log_id).await.len(), 1, "C3 and C4 took effect");
+    assert!(s.meta.get("51", &keys::compaction_cursor_key(log.log_id)).await.unwrap().is_none(), "no C5");
+
+    // A hard trim: the session ends while it takes its write lease (after the fence Get that
+    // acquisition makes); it must not remove records.
+    let log = log_ref(52);
+    append_n(&w, log.log_id, 3, 1, "trim").await;
+    w.soft_trim(log.log_id, 1).await.unwrap(); // B = 2
+    let session = c.session().await.unwrap().id();
+    let mem = s.mem.clone();
+    ops.after(
+        |op| op.starts_with("meta.get 52 /stream-write-fences/52"),
+        move || assert!(mem.expire_session(&session)),
+    );
+    ops.clear();
+    let err = c.hard_trim(&log, 2, &no_progress).await.unwrap_err();
+    assert!(matches!(err, CompactError::SessionEnded { .. }), "{err}");
+    assert!(ops.fired());
+    assert!(ops.position(&["meta.delete_range 52 "]).is_none(), "no records removed: {:?}", ops.ops());
+    assert_eq!(index_values(&s, log.log_id).await.len(), 3);
+    // With a live session the same trim goes through.
+    assert_eq!(c.hard_trim(&log, 2, &no_progress).await.unwrap().records_removed, 2);
+    w.close().await;
+}
+
+#[tokio::test]
+async fn the_write_lease_is_held_from_c3_through_c4() {
+    // [Compactor] A compactor MUST acquire a write lease on L before each attempt at step C3
+    // and hold it until that attempt's step C4 has completed or the attempt has failed.
+    let (s, ops) = common::Stack::recorded();
+    let w = s.writer(153);
+    let log = log_ref(53);
+    append_n(&w, log.log_id, 4, 1, "held").await;
+    w.close().await; // the writer's lease is gone: every lease record below is the compactor's
+    s.clock.advance_ms(AGE);
+    let c = s.compactor(test_config(), 53);
+    ops.clear();
+    c.compact_log(&log, &no_progress).await.unwrap();
+    let all = ops.ops();
+    let acquired = ops.position(&["session.create_ephemeral 53 /stream-write-leases/53/"]).expect("a lease");
+    let token = all[acquired].rsplit('/').next().unwrap().to_string();
+    let c3 = ops.position(&["meta.put 53 00000000000000000053-"]).expect("C3 put");
+    let c4 = ops.position(&["meta.delete_range 53 00000000000000000053-"]).expect("C4");
+    let released = ops.position(&["meta.delete 53 /stream-write-leases/53/", &token]).expect("a release");
+    assert!(acquired < c3 && c3 < c4 && c4 < released, "{all:#?}");
+    // Held: its record existed at C3 and at C4, and no lease was released in between.
+    assert!(all[c3].ends_with(" leases=1") && all[c4].ends_with(" leases=1"), "{all:#?}");
+    assert!(
+        !all[acquired..c4].iter().any(|op| op.starts_with("meta.delete 53 /stream-write-leases/")),
+        "{all:#?}"
+    );
+    assert!(lease::list_leases(s.meta.as_ref(), log.log_id).await.unwrap().is_empty(), "released after");
+}
+
+#[tokio::test]
+async fn hard_trim_deletes_the_compacted_files_before_the_records_that_name_them() {
+    // [Compactor] A compactor SHOULD delete such files before it hard-trims the records that
+    // name them, so that a failed deletion can be retried from those records.
+    let (s, ops) = common::Stack::recorded();
+    let w = s.writer(154);
+    let log = log_ref(54);
+    append_n(&w, log.log_id, 4, 1, "old").await;
+    s.clock.advance_ms(AGE);
+    let c = s.compactor(test_config(), 54);
+    c.compact_log(&log, &no_progress).await.unwrap(); // PARQUET [0, 4)
+    append_n(&w, log.log_id, 2, 1, "new").await; // RAW [4, 5) [5, 6)
+    let files = object_names(&s.compacted).await;
+    assert_eq!(files.len(), 2, "a Parquet file and its companion");
+    w.soft_trim(log.log_id, 4).await.unwrap(); // B = 5
+    w.close().await; // its lease goes: the one lease record below is the compactor's
+    ops.clear();
+    let report = c.hard_trim(&log, 5, &no_progress).await.unwrap();
+    assert_eq!(report.records_removed, 2);
+    let all = ops.ops();
+    let records_go = ops.position(&["meta.delete_range 54 00000000000000000054-"]).expect("the hard trim");
+    assert!(all[records_go].ends_with(" leases=1"), "hard-trimmed under the compactor's lease: {all:#?}");
+    for file in &files {
+        let deleted = all
+            .iter()
+            .position(|op| op.starts_with("compacted.delete") && op.split(' ').any(|p| p == file))
+            .unwrap_or_else(|| panic!("{file} was not deleted: {all:#?}"));
+        assert!(deleted < records_go, "{file} deleted after the records naming it: {all:#?}");
+    }
+    assert!(object_names(&s.compacted).await.is_empty());
+    w.close().await;
+}
+
+#[tokio::test]
+async fn c2_writes_every_file_and_companion_before_c3() {
+    // [Compactor] Every compacted file of the range and its companion MUST be completely
+    // written to object storage before step C3.
+    let (s, ops) = common::Stack::recorded();
+    let w = s.writer(155);
+    let log = log_ref(55);
+    append_n(&w, log.log_id, 10, 1, "files").await;
+    s.clock.advance_ms(AGE);
+    let c = s.compactor(CompactorConfig { max_file_bytes: 40, ..test_config() }, 55);
+    ops.clear();
+    let ranges = c.compact_log(&log, &no_progress).await.unwrap();
+    assert!(ranges[0].files >= 3, "{ranges:?}");
+    let all = ops.ops();
+    let c3 = ops.position(&["meta.put 55 00000000000000000055-"]).expect("C3 put");
+    let puts: Vec<usize> =
+        all.iter().enumerate().filter(|(_, op)| op.starts_with("compacted.put ")).map(|(i, _)| i).collect();
+    assert_eq!(puts.len(), 2 * ranges[0].files, "a Parquet file and a companion per file: {all:#?}");
+    assert!(puts.iter().all(|&i| i < c3), "every put completes before C3: {all:#?}");
     w.close().await;
 }

@@ -293,22 +293,6 @@ async fn an_idle_lease_is_released_so_deleting_the_log_need_not_wait_for_the_wri
 }
 
 #[tokio::test]
-async fn a_lost_session_fails_appends_clearly_and_a_new_lease_is_taken() {
-    let s = stack();
-    let mem = Arc::new(InMemoryStore::new());
-    let meta: Arc<dyn MetaStore> = mem.clone();
-    let w = writer(meta.clone(), s.wal.clone(), 7);
-    w.append(LogId(6), Bytes::from_static(b"a"), 1).await.unwrap();
-    let id = w.session_id().await.unwrap();
-    assert!(mem.expire_session(&id));
-    // The lease record vanished with the session; the next append takes a new lease.
-    let ack = w.append(LogId(6), Bytes::from_static(b"b"), 1).await.unwrap();
-    assert_eq!(ack.offset, 1);
-    assert_ne!(w.session_id().await.unwrap(), id);
-    w.close().await;
-}
-
-#[tokio::test]
 async fn soft_trim_caps_at_the_last_record_and_reads_skip_below_b() {
     let s = stack();
     let w = writer(s.meta.clone(), s.wal.clone(), 8);
@@ -343,6 +327,52 @@ async fn soft_trim_of_a_log_without_records_changes_nothing() {
     let t = w.soft_trim(LogId(11), 5).await.unwrap();
     assert_eq!((t.marker, t.advanced), (0, false));
     assert!(s.meta.get("11", &keys::trim_marker_key(LogId(11))).await.unwrap().is_none());
+    w.close().await;
+}
+
+#[tokio::test]
+async fn the_first_offset_is_b_when_b_falls_inside_a_record() {
+    // [Reader] A reader SHOULD report the greater of the start offset of the first record
+    // above the trim marker, Higher(K(L, B, MAX)), and B as the log's first offset (R2), and
+    // MUST NOT return an entry that ends at or below B (R4). Here B lies inside a record and
+    // not at its start: once inside a single entry, once between entries of one record.
+    let s = stack();
+    let r = reader(&s);
+    // Log 24: one entry of 3 records, [0, 3), then [3, 4). B = 1 lies inside that entry.
+    let w = writer(s.meta.clone(), s.wal.clone(), 24);
+    w.append(LogId(24), Bytes::from_static(b"three"), 3).await.unwrap();
+    w.append(LogId(24), Bytes::from_static(b"last"), 1).await.unwrap();
+    assert_eq!(w.soft_trim(LogId(24), 0).await.unwrap().marker, 1);
+    assert_eq!(r.first_offset(LogId(24)).await.unwrap(), 1, "B, not the record's start 0");
+    let got = read_all(&r, &log_ref(24), 0).await;
+    assert_eq!(got.iter().map(|e| (e.offset, e.record_count)).collect::<Vec<_>>(), vec![(0, 3), (3, 1)]);
+    // Log 25: entries [0, 1) [1, 2) [2, 3) in one record (one batch of 3 bytes), then [3, 4).
+    let deps = WriterDeps {
+        meta: s.meta.clone(),
+        objects: s.wal.clone(),
+        clock: Arc::new(SystemClock),
+        tokens: Arc::new(SeededTokens::new(25)),
+    };
+    let batched = WriterConfig { flush_window: Duration::from_secs(3600), flush_bytes: 3, ..fast_config() };
+    let one_batch = Writer::start(batched, deps).unwrap();
+    let appends = [b"a", b"b", b"c"].map(|p| one_batch.append(LogId(25), Bytes::from_static(p), 1));
+    for ack in futures::future::join_all(appends).await {
+        ack.unwrap();
+    }
+    one_batch.close().await;
+    w.append(LogId(25), Bytes::from_static(b"d"), 1).await.unwrap();
+    let records =
+        s.meta.scan("25", &keys::first_key(LogId(25)), &keys::last_key(LogId(25)), None).await.unwrap();
+    let ends: Vec<u64> = records.iter().map(|r| IndexKey::parse(&r.key).unwrap().end_offset).collect();
+    assert_eq!(ends, vec![3, 4], "the layout this test needs: [0, 3) in one record");
+    assert_eq!(w.soft_trim(LogId(25), 1).await.unwrap().marker, 2);
+    assert_eq!(r.first_offset(LogId(25)).await.unwrap(), 2);
+    let got = read_all(&r, &log_ref(25), 0).await;
+    assert_eq!(
+        got.iter().map(|e| e.offset).collect::<Vec<_>>(),
+        vec![2, 3],
+        "entries ending at or below B are skipped"
+    );
     w.close().await;
 }
 

@@ -69,6 +69,9 @@ pub enum StartError {
     /// The catalog could not be set up.
     #[error("catalog: {0}")]
     Catalog(#[from] CatalogError),
+    /// The configured storage roots are not the deployment's.
+    #[error("storage roots: {0}")]
+    Roots(#[from] crate::deployment::RootsError),
 }
 
 /// The namespace every deployment has, created at start if missing.
@@ -78,10 +81,15 @@ impl Stack {
     /// Opens every component named by `config`.
     pub async fn open(config: &ServerConfig) -> Result<Stack, StartError> {
         config.validate()?;
+        check_one_format_version(config)?;
+        let roots = crate::deployment::StorageRoots::of(&config.storage)
+            .map_err(|(key, message)| crate::config::ConfigError::Invalid { key: key.into(), message })?;
         let auth = crate::auth::Authenticator::from_config(&config.auth, |v| std::env::var(v).ok())
             .map_err(|message| crate::config::ConfigError::Invalid { key: "auth.tokens".into(), message })?;
         let clock: Arc<dyn Clock> = Arc::new(SystemClock);
         let meta = open_meta(&config.metadata, clock.clone()).await?;
+        // Before any role can write: a service with another deployment's roots stops here.
+        crate::deployment::record_or_check(meta.as_ref(), &config.catalog.partition, &roots).await?;
         let wal = open_objects("storage.wal", &config.storage.wal)?;
         let compacted = open_objects("storage.compacted", &config.storage.compacted)?;
         let catalog = Catalog::new(meta.clone(), config.catalog.clone())?;
@@ -189,6 +197,32 @@ impl Stack {
     }
 }
 
+/// Spec "Format Versioning": all WAL objects and index records of a deployment use one
+/// format version. The writer and the compactor write version 3, so a reader set to read
+/// version 1 or 2 (`reader.format_version`) may not serve beside them: that is a legacy read
+/// mode, which a process states explicitly by serving neither the writer nor the compactor.
+fn check_one_format_version(config: &ServerConfig) -> Result<(), crate::config::ConfigError> {
+    let version = config.reader.format_version;
+    let writes_v3: Vec<&str> =
+        [("roles.writer", config.roles.writer), ("roles.compactor", config.roles.compactor)]
+            .into_iter()
+            .filter_map(|(role, on)| on.then_some(role))
+            .collect();
+    if !config.roles.reader || version == 3 || writes_v3.is_empty() {
+        return Ok(());
+    }
+    Err(crate::config::ConfigError::Invalid {
+        key: "reader.format_version".into(),
+        message: format!(
+            "is {version} (reads a legacy v{version} deployment), but this process also serves {}, which \
+             writes format version 3, and all roles of a deployment use one format version. Set \
+             reader.format_version = 3, or read the legacy deployment from a process that serves \
+             neither the writer nor the compactor (roles.writer = false, roles.compactor = false)",
+            writes_v3.join(" and ")
+        ),
+    })
+}
+
 async fn open_meta(config: &MetadataConfig, clock: Arc<dyn Clock>) -> Result<Arc<dyn MetaStore>, StartError> {
     Ok(match config {
         MetadataConfig::Memory => {
@@ -245,4 +279,55 @@ fn open_objects(root: &'static str, config: &ObjectStoreConfig) -> Result<Arc<dy
         }
         ObjectStoreConfig::S3(s3) => Arc::new(S3Store::new((**s3).clone()).map_err(|e| err(e.to_string()))?),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    #[test]
+    fn a_legacy_reader_beside_a_v3_writer_or_compactor_is_refused() {
+        // [All] All WAL objects and index records of a deployment MUST use one format version.
+        let mut config = ServerConfig::default();
+        config.reader.format_version = 2;
+        let err = check_one_format_version(&config).unwrap_err().to_string();
+        assert!(err.contains("reader.format_version"), "{err}");
+        assert!(err.contains("roles.writer and roles.compactor"), "{err}");
+        config.roles.writer = false;
+        let err = check_one_format_version(&config).unwrap_err().to_string();
+        assert!(err.contains("also serves roles.compactor,"), "{err}");
+        // The explicit legacy read mode: a process that serves no role writing version 3.
+        config.roles.compactor = false;
+        check_one_format_version(&config).unwrap();
+        // Version 3 everywhere, and a legacy setting in a process that does not read, pass.
+        let mut config = ServerConfig::default();
+        check_one_format_version(&config).unwrap();
+        config.reader.format_version = 1;
+        config.roles.reader = false;
+        check_one_format_version(&config).unwrap();
+    }
+
+    #[tokio::test]
+    async fn a_service_started_with_other_storage_roots_refuses_to_start() {
+        // [All] All implementations in a deployment MUST use the same WAL root and the same
+        // compacted root: the first start records them, a later one with others stops.
+        let dir = tempfile::tempdir().unwrap();
+        let mut config = ServerConfig::dev(dir.path(), "127.0.0.1:0".parse().unwrap());
+        config.writer.flush_window = Duration::from_millis(2);
+        {
+            let stack = Stack::open(&config).await.unwrap();
+            stack.close().await;
+        }
+        let same = Stack::open(&config).await.unwrap();
+        same.close().await;
+        drop(same);
+        if let ObjectStoreConfig::Local { root, .. } = &mut config.storage.compacted {
+            *root = "compacted-elsewhere".into();
+        }
+        let err = Stack::open(&config).await.unwrap_err().to_string();
+        assert!(err.contains("storage.compacted"), "{err}");
+        assert!(err.contains("compacted-elsewhere") && err.contains("/compacted"), "{err}");
+    }
 }

@@ -99,6 +99,13 @@ pub enum TrimError {
         /// How many attempts were made.
         attempts: u32,
     },
+    /// The session behind the log's write lease ended during the trim, so the marker was not
+    /// written (a catalog may have counted the lease as drained). Retrying takes a new lease.
+    #[error("write lease on log {log_id} lost (its session ended); the trim marker was not written")]
+    LeaseLost {
+        /// The log.
+        log_id: LogId,
+    },
     /// The log's last index record could not be decoded.
     #[error("log {log_id}: {detail}")]
     Corrupt {
@@ -122,6 +129,7 @@ impl TrimError {
     pub fn class(&self) -> ErrorClass {
         match self {
             TrimError::Fenced { .. } | TrimError::Contended { .. } => ErrorClass::Conflict,
+            TrimError::LeaseLost { .. } => ErrorClass::Retryable,
             TrimError::Corrupt { .. } => ErrorClass::CorruptData,
             TrimError::Meta { source, .. } => source.class(),
         }

@@ -5,6 +5,9 @@
 //! lease on the log. Capping B′ at the start of the last record keeps that record — the log's
 //! greatest key — in place, so the next sequenced put continues from it. Unlike Ursa (addendum
 //! §12, row 3) we return the marker actually stored, and an error when ours was not written.
+//!
+//! The lease handle is held for the whole trim (the idle releaser skips leases in use), and
+//! the marker is not written once the session behind the lease has ended.
 
 use bytes::Bytes;
 use lakestream_format::keys::{self, IndexKey};
@@ -28,7 +31,9 @@ impl Writer {
     /// Soft-trims `log_id` through offset `through`, inclusive: offsets up to `through` become
     /// unreadable (as far as the log's last record allows).
     pub async fn soft_trim(&self, log_id: LogId, through: Offset) -> Result<TrimOutcome, TrimError> {
-        self.lease(log_id).await.map_err(|e| match e {
+        // Held until we return: the spec asks for the lease while the marker is written, and
+        // a dropped handle would let the idle releaser delete the lease record mid-trim.
+        let lease = self.lease(log_id).await.map_err(|e| match e {
             AppendError::Fenced { log_id } => TrimError::Fenced { log_id },
             AppendError::Lease { source, .. } => TrimError::Meta { log_id, source },
             other => TrimError::Meta { log_id, source: MetaError::Unavailable(other.to_string()) },
@@ -77,6 +82,11 @@ impl Writer {
                 None => PutCondition::IfAbsent,
                 Some(v) => PutCondition::IfVersion(v),
             };
+            // Never write the marker once the lease's session has ended: a catalog may have
+            // counted the lease as drained and deleted the log (spec "Fences and log deletion").
+            if lease.is_lost() {
+                return Err(TrimError::LeaseLost { log_id });
+            }
             let value = Bytes::from(keys::encode_trim_marker(target));
             match meta.put(&partition, &marker_key, value, condition).await {
                 Ok(_) => return Ok(TrimOutcome { marker: target, advanced: true }),
@@ -86,6 +96,7 @@ impl Writer {
                 Err(e) => return Err(meta_err(e)),
             }
         }
+        drop(lease);
         Err(TrimError::Contended { log_id, attempts })
     }
 }

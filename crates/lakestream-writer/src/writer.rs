@@ -177,8 +177,10 @@ impl Writer {
         &self.inner.meta
     }
 
-    pub(crate) async fn lease(&self, log_id: LogId) -> Result<(), AppendError> {
-        self.inner.leases.ensure(log_id).await.map(|_| ())
+    /// The log's write lease, acquired if not held. Holding the handle keeps the idle
+    /// releaser from deleting the lease record (it skips leases in use).
+    pub(crate) async fn lease(&self, log_id: LogId) -> Result<HeldLease, AppendError> {
+        self.inner.leases.ensure(log_id).await
     }
 
     /// Appends one entry of `record_count` records to `log_id` and resolves once it is

@@ -8,13 +8,17 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use bytes::Bytes;
+use futures::stream::BoxStream;
 use lakestream_compactor::{Compactor, CompactorConfig, CompactorDeps};
 use lakestream_format::{Clock, Entry, LogId, LogRef, ManualClock};
 use lakestream_meta::lease::SeededTokens;
 use lakestream_meta::{
     Comparison, InMemoryStore, MetaResult, MetaStore, PutCondition, Record, Session, WriteResult,
 };
-use lakestream_objstore::{InMemoryStore as MemObjects, ObjectPrefix, ObjectStore};
+use lakestream_objstore::{
+    ByteRange, InMemoryStore as MemObjects, ObjectMeta, ObjectPath, ObjectPrefix, ObjectResult, ObjectStore,
+    WriteOnce,
+};
 use lakestream_reader::{Reader, ReaderConfig, ReaderDeps};
 use lakestream_writer::{Writer, WriterConfig, WriterDeps};
 
@@ -190,5 +194,241 @@ impl MetaStore for HookedMeta {
     }
     async fn open_session(&self, timeout: Duration) -> MetaResult<Arc<dyn Session>> {
         self.inner.open_session(timeout).await
+    }
+}
+
+/// One shared, ordered log of the operations the compactor makes on the metadata store and
+/// the compacted root, so a test can assert their order across both stores. Each mutating
+/// metadata operation on a log's partition notes how many lease records the log had as it
+/// ran (`leases=N`), so a test can tell a change made under a lease from one made without.
+#[derive(Default)]
+pub struct OpLog {
+    ops: Mutex<Vec<String>>,
+    /// Runs once, right after the first operation whose entry the predicate accepts.
+    after: Mutex<Option<(OpPredicate, OpAction)>>,
+}
+
+type OpPredicate = Box<dyn Fn(&str) -> bool + Send + Sync>;
+type OpAction = Box<dyn FnOnce() + Send>;
+
+impl std::fmt::Debug for OpLog {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("OpLog").field("ops", &self.ops).finish_non_exhaustive()
+    }
+}
+
+impl OpLog {
+    /// The operations so far, in order.
+    pub fn ops(&self) -> Vec<String> {
+        self.ops.lock().unwrap().clone()
+    }
+
+    /// Forgets the operations so far.
+    pub fn clear(&self) {
+        self.ops.lock().unwrap().clear();
+    }
+
+    /// Runs `action` right after the first operation whose log entry `when` accepts.
+    pub fn after(
+        &self,
+        when: impl Fn(&str) -> bool + Send + Sync + 'static,
+        action: impl FnOnce() + Send + 'static,
+    ) {
+        *self.after.lock().unwrap() = Some((Box::new(when), Box::new(action)));
+    }
+
+    /// Whether the action armed with [`OpLog::after`] has run (or none was armed).
+    pub fn fired(&self) -> bool {
+        self.after.lock().unwrap().is_none()
+    }
+
+    fn push(&self, op: String) {
+        self.ops.lock().unwrap().push(op);
+    }
+
+    /// Fires the armed action if `op` is the one it waits for.
+    fn done(&self, op: &str) {
+        let action = {
+            let mut after = self.after.lock().unwrap();
+            match after.as_ref() {
+                Some((when, _)) if when(op) => after.take().map(|(_, action)| action),
+                _ => None,
+            }
+        };
+        if let Some(action) = action {
+            action();
+        }
+    }
+
+    /// The position of the first operation containing every one of `parts`.
+    pub fn position(&self, parts: &[&str]) -> Option<usize> {
+        self.ops().iter().position(|op| parts.iter().all(|p| op.contains(p)))
+    }
+}
+
+/// A metadata store that logs every operation to an [`OpLog`], sessions' ephemeral creates
+/// included.
+#[derive(Debug)]
+pub struct RecordingMeta {
+    pub inner: Arc<dyn MetaStore>,
+    pub log: Arc<OpLog>,
+}
+
+impl RecordingMeta {
+    /// `leases=N` for a log partition (a decimal name), nothing for other partitions.
+    async fn leases(&self, partition: &str) -> String {
+        match partition.parse::<u64>() {
+            Ok(id) => {
+                let n = lakestream_meta::lease::list_leases(self.inner.as_ref(), LogId(id))
+                    .await
+                    .map(|l| l.len().to_string())
+                    .unwrap_or_else(|e| format!("error {e}"));
+                format!(" leases={n}")
+            }
+            Err(_) => String::new(),
+        }
+    }
+
+    async fn record<T>(&self, op: String, call: impl std::future::Future<Output = T>) -> T {
+        self.log.push(op.clone());
+        let result = call.await;
+        self.log.done(&op);
+        result
+    }
+}
+
+#[async_trait]
+impl MetaStore for RecordingMeta {
+    async fn get_cmp(&self, p: &str, k: &str, c: Comparison) -> MetaResult<Option<Record>> {
+        self.record(format!("meta.get {p} {k} {c:?}"), self.inner.get_cmp(p, k, c)).await
+    }
+    async fn put(&self, p: &str, k: &str, v: Bytes, c: PutCondition) -> MetaResult<WriteResult> {
+        let leases = self.leases(p).await;
+        self.record(format!("meta.put {p} {k}{leases}"), self.inner.put(p, k, v, c)).await
+    }
+    async fn delete(&self, p: &str, k: &str) -> MetaResult<bool> {
+        let leases = self.leases(p).await;
+        self.record(format!("meta.delete {p} {k}{leases}"), self.inner.delete(p, k)).await
+    }
+    async fn delete_range(&self, p: &str, a: &str, b: &str) -> MetaResult<()> {
+        let leases = self.leases(p).await;
+        self.record(format!("meta.delete_range {p} {a}..{b}{leases}"), self.inner.delete_range(p, a, b)).await
+    }
+    async fn sequenced_put(&self, p: &str, prefix: &str, d: &[u64], v: Bytes) -> MetaResult<WriteResult> {
+        self.record(format!("meta.sequenced_put {p} {prefix}"), self.inner.sequenced_put(p, prefix, d, v))
+            .await
+    }
+    async fn list(&self, p: &str, a: &str, b: &str) -> MetaResult<Vec<String>> {
+        self.record(format!("meta.list {p} {a}..{b}"), self.inner.list(p, a, b)).await
+    }
+    async fn scan(&self, p: &str, a: &str, b: &str, limit: Option<usize>) -> MetaResult<Vec<Record>> {
+        self.record(format!("meta.scan {p} {a}..{b}"), self.inner.scan(p, a, b, limit)).await
+    }
+    async fn open_session(&self, timeout: Duration) -> MetaResult<Arc<dyn Session>> {
+        let inner = self.record("meta.open_session".into(), self.inner.open_session(timeout)).await?;
+        Ok(Arc::new(RecordingSession { inner, log: self.log.clone() }))
+    }
+}
+
+#[derive(Debug)]
+struct RecordingSession {
+    inner: Arc<dyn Session>,
+    log: Arc<OpLog>,
+}
+
+#[async_trait]
+impl Session for RecordingSession {
+    fn id(&self) -> String {
+        self.inner.id()
+    }
+    async fn create_ephemeral(&self, partition: &str, key: &str, value: Bytes) -> MetaResult<WriteResult> {
+        let op = format!("session.create_ephemeral {partition} {key}");
+        self.log.push(op.clone());
+        let result = self.inner.create_ephemeral(partition, key, value).await;
+        self.log.done(&op);
+        result
+    }
+    fn ended(&self) -> tokio::sync::watch::Receiver<bool> {
+        self.inner.ended()
+    }
+    async fn close(&self) -> MetaResult<()> {
+        self.inner.close().await
+    }
+}
+
+/// An object store that logs its writes and deletes to an [`OpLog`] under the root's name.
+#[derive(Debug)]
+pub struct RecordingObjects {
+    pub root: &'static str,
+    pub inner: Arc<dyn ObjectStore>,
+    pub log: Arc<OpLog>,
+}
+
+#[async_trait]
+impl ObjectStore for RecordingObjects {
+    async fn put(&self, path: &ObjectPath, bytes: Bytes) -> ObjectResult<()> {
+        let op = format!("{}.put {path}", self.root);
+        self.log.push(op.clone());
+        let result = self.inner.put(path, bytes).await;
+        self.log.done(&op);
+        result
+    }
+    async fn get(&self, path: &ObjectPath) -> ObjectResult<Bytes> {
+        self.inner.get(path).await
+    }
+    async fn get_range(&self, path: &ObjectPath, range: ByteRange) -> ObjectResult<Bytes> {
+        self.inner.get_range(path, range).await
+    }
+    async fn head(&self, path: &ObjectPath) -> ObjectResult<ObjectMeta> {
+        self.inner.head(path).await
+    }
+    async fn delete(&self, path: &ObjectPath) -> ObjectResult<()> {
+        let op = format!("{}.delete {path}", self.root);
+        self.log.push(op.clone());
+        let result = self.inner.delete(path).await;
+        self.log.done(&op);
+        result
+    }
+    async fn delete_many(&self, paths: &[ObjectPath]) -> ObjectResult<()> {
+        let names: Vec<String> = paths.iter().map(ToString::to_string).collect();
+        let op = format!("{}.delete_many {}", self.root, names.join(" "));
+        self.log.push(op.clone());
+        let result = self.inner.delete_many(paths).await;
+        self.log.done(&op);
+        result
+    }
+    fn list(
+        &self,
+        prefix: &ObjectPrefix,
+        start_after: Option<&ObjectPath>,
+    ) -> BoxStream<'static, ObjectResult<ObjectMeta>> {
+        self.inner.list(prefix, start_after)
+    }
+    fn write_once(&self) -> WriteOnce {
+        self.inner.write_once()
+    }
+}
+
+impl Stack {
+    /// A stack whose metadata store and compacted root log every operation to one
+    /// [`OpLog`], in order.
+    pub fn recorded() -> (Stack, Arc<OpLog>) {
+        let mut s = Stack::new();
+        let log = Arc::new(OpLog::default());
+        s.meta = Arc::new(RecordingMeta { inner: s.meta.clone(), log: log.clone() });
+        s.compacted =
+            Arc::new(RecordingObjects { root: "compacted", inner: s.compacted.clone(), log: log.clone() });
+        (s, log)
+    }
+
+    /// A writer with these settings (time and tokens as [`Stack::writer`]).
+    pub fn writer_with(&self, seed: u64, config: WriterConfig) -> Writer {
+        let deps = WriterDeps {
+            meta: self.meta.clone(),
+            objects: self.wal.clone(),
+            clock: Arc::new(self.clock.clone()),
+            tokens: Arc::new(SeededTokens::new(seed)),
+        };
+        Writer::start(config, deps).unwrap()
     }
 }

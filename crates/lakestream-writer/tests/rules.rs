@@ -1,0 +1,412 @@
+//! The writer's lease rules over the in-memory stores, one test per rule: soft trim holds its
+//! lease and stops when the lease's session ends, and appends queued under a lost session fail
+//! with `LeaseLost` and publish nothing. Pauses are gates the test opens, never sleeps; tokio's
+//! clock is paused, so a flush window ends only once every runnable task has run (the
+//! entries a test spawns together share one upload).
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use futures::stream::BoxStream;
+use lakestream_format::keys;
+use lakestream_format::{Clock, ErrorClass, LogId, ManualClock};
+use lakestream_meta::lease::{self, SeededTokens};
+use lakestream_meta::{
+    Comparison, InMemoryStore, MetaResult, MetaStore, PutCondition, Record, Session, WriteResult,
+};
+use lakestream_objstore::{
+    ByteRange, InMemoryStore as MemObjects, ObjectMeta, ObjectPath, ObjectPrefix, ObjectResult, ObjectStore,
+    WriteOnce,
+};
+use lakestream_writer::{AppendError, TrimError, Writer, WriterConfig, WriterDeps};
+use tokio::sync::oneshot;
+
+/// A one-shot pause: the paused operation reports that it reached the gate, then waits until
+/// the test opens it.
+struct Gate {
+    reached: oneshot::Sender<()>,
+    open: oneshot::Receiver<()>,
+}
+
+/// The test's side of a [`Gate`].
+struct GateHandle {
+    reached: oneshot::Receiver<()>,
+    open: oneshot::Sender<()>,
+}
+
+fn gate() -> (Gate, GateHandle) {
+    let (reached_tx, reached_rx) = oneshot::channel();
+    let (open_tx, open_rx) = oneshot::channel();
+    (Gate { reached: reached_tx, open: open_rx }, GateHandle { reached: reached_rx, open: open_tx })
+}
+
+impl Gate {
+    async fn pass(self) {
+        let _ = self.reached.send(());
+        let _ = self.open.await;
+    }
+}
+
+/// The in-memory metadata store, with a gate on the next read of a trim marker and a count of
+/// sequenced puts (index records published).
+#[derive(Debug)]
+struct Meta {
+    inner: InMemoryStore,
+    marker_read_gate: Mutex<Option<Gate>>,
+    sequenced_puts: AtomicUsize,
+    /// For each sequenced put, how many lease records its log had as it ran.
+    leases_at_publish: Mutex<Vec<usize>>,
+}
+
+impl std::fmt::Debug for Gate {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Gate")
+    }
+}
+
+#[async_trait]
+impl MetaStore for Meta {
+    async fn get_cmp(&self, p: &str, k: &str, c: Comparison) -> MetaResult<Option<Record>> {
+        let gate = if k.starts_with("/mark-deleted-offsets/") {
+            self.marker_read_gate.lock().unwrap().take()
+        } else {
+            None
+        };
+        if let Some(gate) = gate {
+            gate.pass().await;
+        }
+        self.inner.get_cmp(p, k, c).await
+    }
+    async fn put(&self, p: &str, k: &str, v: Bytes, c: PutCondition) -> MetaResult<WriteResult> {
+        self.inner.put(p, k, v, c).await
+    }
+    async fn delete(&self, p: &str, k: &str) -> MetaResult<bool> {
+        self.inner.delete(p, k).await
+    }
+    async fn delete_range(&self, p: &str, a: &str, b: &str) -> MetaResult<()> {
+        self.inner.delete_range(p, a, b).await
+    }
+    async fn sequenced_put(&self, p: &str, prefix: &str, d: &[u64], v: Bytes) -> MetaResult<WriteResult> {
+        self.sequenced_puts.fetch_add(1, Ordering::SeqCst);
+        let log = LogId(p.parse().expect("index puts go to a log's partition"));
+        let leases = lease::list_leases(&self.inner, log).await.unwrap().len();
+        self.leases_at_publish.lock().unwrap().push(leases);
+        self.inner.sequenced_put(p, prefix, d, v).await
+    }
+    async fn list(&self, p: &str, a: &str, b: &str) -> MetaResult<Vec<String>> {
+        self.inner.list(p, a, b).await
+    }
+    async fn scan(&self, p: &str, a: &str, b: &str, limit: Option<usize>) -> MetaResult<Vec<Record>> {
+        self.inner.scan(p, a, b, limit).await
+    }
+    async fn open_session(&self, timeout: Duration) -> MetaResult<Arc<dyn Session>> {
+        self.inner.open_session(timeout).await
+    }
+}
+
+/// The in-memory object store, with a gate on the next `put` (a WAL object upload) and the
+/// name of every put ever made, deleted objects included.
+#[derive(Debug)]
+struct Objects {
+    inner: MemObjects,
+    put_gate: Mutex<Option<Gate>>,
+    names: Mutex<Vec<String>>,
+}
+
+#[async_trait]
+impl ObjectStore for Objects {
+    async fn put(&self, path: &ObjectPath, bytes: Bytes) -> ObjectResult<()> {
+        let gate = self.put_gate.lock().unwrap().take();
+        if let Some(gate) = gate {
+            gate.pass().await;
+        }
+        self.names.lock().unwrap().push(path.to_string());
+        self.inner.put(path, bytes).await
+    }
+    async fn get(&self, path: &ObjectPath) -> ObjectResult<Bytes> {
+        self.inner.get(path).await
+    }
+    async fn get_range(&self, path: &ObjectPath, range: ByteRange) -> ObjectResult<Bytes> {
+        self.inner.get_range(path, range).await
+    }
+    async fn head(&self, path: &ObjectPath) -> ObjectResult<ObjectMeta> {
+        self.inner.head(path).await
+    }
+    async fn delete(&self, path: &ObjectPath) -> ObjectResult<()> {
+        self.inner.delete(path).await
+    }
+    async fn delete_many(&self, paths: &[ObjectPath]) -> ObjectResult<()> {
+        self.inner.delete_many(paths).await
+    }
+    fn list(
+        &self,
+        prefix: &ObjectPrefix,
+        start_after: Option<&ObjectPath>,
+    ) -> BoxStream<'static, ObjectResult<ObjectMeta>> {
+        self.inner.list(prefix, start_after)
+    }
+    fn write_once(&self) -> WriteOnce {
+        self.inner.write_once()
+    }
+}
+
+struct Stack {
+    mem: InMemoryStore,
+    meta: Arc<Meta>,
+    wal: Arc<Objects>,
+    clock: ManualClock,
+}
+
+impl Stack {
+    fn new() -> Stack {
+        let clock = ManualClock::new(1_796_000_000_000);
+        let shared: Arc<dyn Clock> = Arc::new(clock.clone());
+        let mem = InMemoryStore::with_config(1, shared.clone()).unwrap();
+        let meta = Arc::new(Meta {
+            inner: mem.clone(),
+            marker_read_gate: Mutex::new(None),
+            sequenced_puts: AtomicUsize::new(0),
+            leases_at_publish: Mutex::new(Vec::new()),
+        });
+        let wal = Arc::new(Objects {
+            inner: MemObjects::new(shared),
+            put_gate: Mutex::new(None),
+            names: Mutex::new(Vec::new()),
+        });
+        Stack { mem, meta, wal, clock }
+    }
+
+    fn writer(&self, seed: u64) -> Writer {
+        let deps = WriterDeps {
+            meta: self.meta.clone(),
+            objects: self.wal.clone(),
+            clock: Arc::new(self.clock.clone()),
+            tokens: Arc::new(SeededTokens::new(seed)),
+        };
+        let config = WriterConfig { flush_window: Duration::from_millis(1), ..WriterConfig::default() };
+        Writer::start(config, deps).unwrap()
+    }
+
+    async fn index_records(&self, log: LogId) -> Vec<Record> {
+        let p = keys::partition(log);
+        self.meta.inner.scan(&p, &keys::first_key(log), &keys::last_key(log), None).await.unwrap()
+    }
+}
+
+/// Appends one entry and waits for its acknowledgement.
+async fn append_now(w: &Writer, log: LogId, payload: &'static [u8]) -> lakestream_writer::AppendAck {
+    w.append(log, Bytes::from_static(payload), 1).await.unwrap()
+}
+
+#[tokio::test(start_paused = true)]
+async fn every_index_record_is_published_under_a_write_lease() {
+    // [Writer, Compactor] An implementation MUST hold a write lease on L while it publishes an
+    // index record of L. Between rounds the idle releaser lets every lease go, so each round
+    // must take the leases again before publishing.
+    let s = Stack::new();
+    let w = s.writer(5);
+    for round in 0..3u8 {
+        let appends = (0..4u64).map(|log| w.append(LogId(10 + log), Bytes::from(vec![round; 3]), 1));
+        for ack in futures::future::join_all(appends).await {
+            ack.unwrap();
+        }
+        assert_eq!(w.release_idle_leases(Duration::ZERO).await, 4);
+    }
+    let seen = s.meta.leases_at_publish.lock().unwrap().clone();
+    assert!(!seen.is_empty() && seen.iter().all(|&n| n == 1), "lease records at each index put: {seen:?}");
+    w.close().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn soft_trim_holds_the_write_lease_for_its_whole_duration() {
+    // [Writer, Compactor] An implementation MUST hold a write lease on L while it writes the
+    // trim marker of L. The idle releaser (here called with no idle time at all) must find
+    // the lease in use while a trim runs, and only release it after.
+    let s = Stack::new();
+    let w = s.writer(1);
+    let log = LogId(3);
+    for payload in [b"a", b"b", b"c"] {
+        append_now(&w, log, payload).await;
+    }
+    let (paused, at) = gate();
+    *s.meta.marker_read_gate.lock().unwrap() = Some(paused);
+    let trim = tokio::spawn({
+        let w = w.clone();
+        async move { w.soft_trim(log, 0).await }
+    });
+    at.reached.await.unwrap(); // the trim holds its lease and reads the marker
+    assert_eq!(w.release_idle_leases(Duration::ZERO).await, 0, "the trim's lease is in use");
+    assert_eq!(lease::list_leases(s.meta.as_ref(), log).await.unwrap().len(), 1);
+    assert_eq!(w.leased_logs().await, vec![log]);
+    at.open.send(()).unwrap();
+    let outcome = trim.await.unwrap().unwrap();
+    assert_eq!((outcome.marker, outcome.advanced), (1, true));
+    // Once the trim is over the lease is idle and goes.
+    assert_eq!(w.release_idle_leases(Duration::ZERO).await, 1);
+    assert!(lease::list_leases(s.meta.as_ref(), log).await.unwrap().is_empty());
+    w.close().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn soft_trim_writes_no_trim_marker_after_its_lease_session_has_ended() {
+    // [Writer] A writer SHOULD stop … as soon as it learns that the session that created its
+    // lease record on L has ended; the marker is one of the changes the lease covers.
+    let s = Stack::new();
+    let w = s.writer(2);
+    let log = LogId(4);
+    for payload in [b"a", b"b", b"c"] {
+        append_now(&w, log, payload).await;
+    }
+    let session = w.session_id().await.unwrap();
+    let (paused, at) = gate();
+    *s.meta.marker_read_gate.lock().unwrap() = Some(paused);
+    let trim = tokio::spawn({
+        let w = w.clone();
+        async move { w.soft_trim(log, 0).await }
+    });
+    at.reached.await.unwrap();
+    assert!(s.mem.expire_session(&session));
+    at.open.send(()).unwrap();
+    let err = trim.await.unwrap().unwrap_err();
+    assert_eq!(err, TrimError::LeaseLost { log_id: log });
+    assert_eq!(err.class(), ErrorClass::Retryable);
+    let marker = s.meta.get(&keys::partition(log), &keys::trim_marker_key(log)).await.unwrap();
+    assert!(marker.is_none(), "no marker may be written after the session ended: {marker:?}");
+    // A retry takes a new lease in a new session and trims.
+    let outcome = w.soft_trim(log, 0).await.unwrap();
+    assert_eq!((outcome.marker, outcome.advanced), (1, true));
+    assert_ne!(w.session_id().await.unwrap(), session);
+    w.close().await;
+}
+
+/// Appends `entries`, which share one upload, and ends the writer's session while that upload
+/// is in flight. Answers each entry's result.
+async fn queue_then_lose_session(
+    s: &Stack,
+    w: &Writer,
+    entries: &[LogId],
+) -> Vec<Result<lakestream_writer::AppendAck, AppendError>> {
+    let session = w.session_id().await.unwrap();
+    let objects_before = s.wal.inner.len();
+    let (paused, at) = gate();
+    *s.wal.put_gate.lock().unwrap() = Some(paused);
+    let appends: Vec<_> = entries
+        .iter()
+        .map(|&log| {
+            let w = w.clone();
+            tokio::spawn(async move { w.append(log, Bytes::from_static(b"0123456789"), 1).await })
+        })
+        .collect();
+    at.reached.await.unwrap(); // every spawned append is queued in the upload
+    assert!(s.mem.expire_session(&session));
+    at.open.send(()).unwrap();
+    let mut results = Vec::new();
+    for a in appends {
+        results.push(a.await.unwrap());
+    }
+    assert_eq!(s.wal.inner.len(), objects_before + 1, "the entries shared one WAL object");
+    results
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_writer_stops_publishing_once_its_lease_session_has_ended() {
+    // [Writer] A writer SHOULD stop publishing index records for L as soon as it learns that
+    // the session that created its lease record on L has ended.
+    let s = Stack::new();
+    let (a, b) = (LogId(5), LogId(6));
+    let w = s.writer(3);
+    append_now(&w, a, b"x").await;
+    append_now(&w, b, b"y").await;
+    let published = s.meta.sequenced_puts.load(Ordering::SeqCst);
+    assert_eq!(published, 2);
+    let results = queue_then_lose_session(&s, &w, &[a, a, b]).await;
+    for (result, log) in results.iter().zip([a, a, b]) {
+        assert_eq!(result, &Err(AppendError::LeaseLost { log_id: log }));
+    }
+    assert_eq!(s.meta.sequenced_puts.load(Ordering::SeqCst), published, "no index put was issued");
+    assert_eq!(s.index_records(a).await.len(), 1);
+    assert_eq!(s.index_records(b).await.len(), 1);
+    w.close().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_lost_session_fails_appends_clearly_and_a_new_lease_is_taken() {
+    let s = Stack::new();
+    let log = LogId(7);
+    let w = s.writer(4);
+    append_now(&w, log, b"a").await;
+    let old_session = w.session_id().await.unwrap();
+    let old_leases = lease::list_leases(s.meta.as_ref(), log).await.unwrap();
+    let results = queue_then_lose_session(&s, &w, &[log]).await;
+    // Clearly: the error names the log and the cause, says the entry was not appended, and
+    // is retryable.
+    let err = results[0].clone().unwrap_err();
+    assert_eq!(err, AppendError::LeaseLost { log_id: log });
+    assert_eq!(err.class(), ErrorClass::Retryable);
+    let message = err.to_string();
+    for part in ["log 7", "session ended", "not appended"] {
+        assert!(message.contains(part), "{message:?} lacks {part:?}");
+    }
+    assert_eq!(s.index_records(log).await.len(), 1, "the lost entry was not published");
+    // The next append opens a new session, takes a new lease and continues the log.
+    let ack = append_now(&w, log, b"b").await;
+    assert_eq!(ack.offset, 1);
+    assert_ne!(w.session_id().await.unwrap(), old_session);
+    let new_leases = lease::list_leases(s.meta.as_ref(), log).await.unwrap();
+    assert_eq!(new_leases.len(), 1);
+    assert_ne!(new_leases, old_leases);
+    w.close().await;
+}
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig::with_cases(24))]
+
+    /// [Writer] A writer MUST give every WAL object a name that no other object in the WAL
+    /// root has had, and MUST NOT reuse a name, even after its object has been deleted. Many
+    /// writers share one root and one clock that stands still, repeats and goes back (a name's
+    /// time part is no help); every object is deleted halfway through. Each writer has its own
+    /// token seed, as each service has its own random UUIDs.
+    #[test]
+    fn wal_object_names_never_collide(
+        seeds in proptest::collection::hash_set(proptest::prelude::any::<u64>(), 2..6),
+        steps in proptest::collection::vec(
+            (0usize..6, proptest::prop_oneof![
+                proptest::strategy::Just(0i64), proptest::strategy::Just(0), proptest::strategy::Just(999),
+                proptest::strategy::Just(-1_000), proptest::strategy::Just(86_400_000)
+            ]),
+            2..40,
+        ),
+    ) {
+        let runtime = tokio::runtime::Builder::new_current_thread().enable_time().start_paused(true).build().unwrap();
+        let names = runtime.block_on(async {
+            let s = Stack::new();
+            let start = s.clock.now_ms();
+            let writers: Vec<Writer> = seeds.iter().map(|&seed| s.writer(seed)).collect();
+            for (i, (writer, clock_offset)) in steps.iter().enumerate() {
+                s.clock.set_ms(start + clock_offset);
+                let w = &writers[writer % writers.len()];
+                // Two logs per append: the object is shared, and named once.
+                let (x, y) = futures::join!(
+                    w.append(LogId(1), Bytes::from_static(b"x"), 1),
+                    w.append(LogId(2), Bytes::from_static(b"y"), 1)
+                );
+                x.unwrap();
+                y.unwrap();
+                if i == steps.len() / 2 {
+                    let all: Vec<ObjectPath> = s.wal.names.lock().unwrap().iter().map(|n| ObjectPath::new(n.clone()).unwrap()).collect();
+                    s.wal.delete_many(&all).await.unwrap();
+                }
+            }
+            for w in &writers {
+                w.close().await;
+            }
+            s.wal.names.lock().unwrap().clone()
+        });
+        let unique: std::collections::HashSet<&String> = names.iter().collect();
+        proptest::prop_assert!(names.len() >= steps.len());
+        proptest::prop_assert_eq!(unique.len(), names.len(), "a WAL object name was used twice: {:?}", names);
+    }
+}
