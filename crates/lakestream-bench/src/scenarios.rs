@@ -446,7 +446,7 @@ async fn produce(ctx: &BenchContext) -> Result<ScenarioReport, BenchError> {
     let wal_bytes: u64 = written.iter().map(|m| m.size).sum();
     let mean_object = (wal_bytes / (written.len() as u64).max(1)).max(1);
 
-    let uploads = ctx.config.writer.max_concurrent_uploads.max(1);
+    let uploads = ctx.config.writer.upload_concurrency();
     let quiet = Meter::new();
     let bl = ctx.baseline_load(written.len() as u64);
     let put_sampler = ctx.sampler(&quiet, "produce: raw PUT", goal_of(bl));

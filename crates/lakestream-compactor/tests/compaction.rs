@@ -882,3 +882,62 @@ async fn c2_writes_every_file_and_companion_before_c3() {
     assert!(puts.iter().all(|&i| i < c3), "every put completes before C3: {all:#?}");
     w.close().await;
 }
+
+/// WAL objects that hold hundreds of logs (the writer closes objects on size or window, not
+/// on a count of logs) are read back whole by every reader path: RAW, then after compaction.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn objects_of_hundreds_of_logs_read_back_raw_and_after_compaction() {
+    const LOGS: u64 = 200;
+    let s = Stack::new();
+    let deps = lakestream_writer::WriterDeps {
+        meta: s.meta.clone(),
+        objects: s.wal.clone(),
+        clock: std::sync::Arc::new(s.clock.clone()),
+        tokens: std::sync::Arc::new(lakestream_meta::lease::SeededTokens::new(41)),
+    };
+    let config = WriterConfig { flush_window: Duration::from_millis(300), ..WriterConfig::default() };
+    let w = lakestream_writer::Writer::start(config, deps).unwrap();
+    let appends = (0..3u64).flat_map(|round| (1..=LOGS).map(move |log| (round, log))).map(|(round, log)| {
+        let w = w.clone();
+        async move {
+            let payload = Bytes::from(format!("log {log} entry {round} {}", "y".repeat((log % 13) as usize)));
+            let ack = w.append(LogId(log), payload.clone(), 1 + (round as u32 % 2)).await.unwrap();
+            (
+                log,
+                lakestream_format::Entry {
+                    offset: ack.offset,
+                    record_count: ack.record_count,
+                    timestamp_ms: ack.timestamp_ms,
+                    payload,
+                },
+            )
+        }
+    });
+    let mut acked: std::collections::BTreeMap<u64, Vec<lakestream_format::Entry>> = Default::default();
+    for (log, entry) in futures::future::join_all(appends).await {
+        acked.entry(log).or_default().push(entry);
+    }
+    for entries in acked.values_mut() {
+        entries.sort_by_key(|e| e.offset);
+    }
+    let wal_objects = object_names(&s.wal).await.len();
+    assert!(wal_objects <= 3, "{wal_objects} WAL objects for 600 entries of {LOGS} logs in one window");
+    let logs: Vec<_> = (1..=LOGS).map(log_ref).collect();
+    for log in &logs {
+        assert_eq!(read_all(&s.reader(), log, 0).await, acked[&log.log_id.0], "RAW read of {}", log.log_id);
+    }
+    s.clock.advance_ms(181_000);
+    let c = s.compactor(test_config(), 42);
+    let report = c.compact_once(&logs, &no_progress).await;
+    assert_eq!(report.failed, vec![], "{report:?}");
+    assert_eq!(report.ranges.len(), LOGS as usize, "one range per log");
+    for log in &logs {
+        assert_eq!(
+            read_all(&s.reader(), log, 0).await,
+            acked[&log.log_id.0],
+            "read of {} after compaction",
+            log.log_id
+        );
+    }
+    w.close().await;
+}

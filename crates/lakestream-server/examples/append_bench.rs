@@ -144,7 +144,7 @@ async fn main() {
     // Baseline: raw PUTs of the same object size, with the writer's upload concurrency.
     let raw_store: Arc<dyn ObjectStore> = stack.wal.clone();
     let body = Bytes::from(vec![0xa5u8; mean_object.max(1)]);
-    let uploads = config.writer.max_concurrent_uploads;
+    let uploads = config.writer.upload_concurrency();
     let raw_deadline = Instant::now() + Duration::from_secs(args.seconds.max(2));
     let raw_started = Instant::now();
     let handles: Vec<_> = (0..uploads)

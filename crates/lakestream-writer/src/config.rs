@@ -29,12 +29,17 @@ pub struct WriterConfig {
     /// A WAL object is written as soon as its payload reaches this size. Default 4 MiB. An
     /// entry larger than this gets an object of its own.
     pub flush_bytes: usize,
-    /// The most logs one WAL object holds. Default 4, as Ursa. More logs per object mean
-    /// fewer PUTs under many-log load; each log costs one index put per object either way.
+    /// The most logs one WAL object holds. Default 10,000: objects close on `flush_bytes` or
+    /// the window, so under many-log load they fill up (one PUT for many logs) instead of
+    /// closing after a handful of logs (Ursa closes at 4, which costs one PUT per few
+    /// entries). Each log costs one index put per object either way, and 21+ bytes of the
+    /// object's index region per section.
     pub max_logs_per_object: usize,
-    /// How many WAL objects may be uploading at once. Default 4. More overlap hides PUT
-    /// latency at the cost of memory (bounded by `max_in_flight_bytes`).
-    pub max_concurrent_uploads: usize,
+    /// How many WAL objects may be uploading at once. Default: `max_in_flight_bytes /
+    /// flush_bytes` (16 with the defaults), at least 1 — as many full objects as the
+    /// in-flight bound holds. More overlap hides PUT latency; memory stays bounded by
+    /// `max_in_flight_bytes`.
+    pub max_concurrent_uploads: Option<usize>,
     /// The most unacknowledged payload bytes the writer holds. Default 64 MiB.
     pub max_in_flight_bytes: usize,
     /// What an append does when the in-flight bound is reached.
@@ -60,8 +65,8 @@ impl Default for WriterConfig {
         WriterConfig {
             flush_window: Duration::from_millis(250),
             flush_bytes: 4 << 20,
-            max_logs_per_object: 4,
-            max_concurrent_uploads: 4,
+            max_logs_per_object: 10_000,
+            max_concurrent_uploads: None,
             max_in_flight_bytes: 64 << 20,
             backpressure: Backpressure::Wait,
             max_entry_bytes: 16 << 20,
@@ -83,6 +88,12 @@ pub struct ConfigError {
 }
 
 impl WriterConfig {
+    /// How many WAL objects may upload at once: `max_concurrent_uploads`, else
+    /// `max_in_flight_bytes / flush_bytes`, at least 1.
+    pub fn upload_concurrency(&self) -> usize {
+        self.max_concurrent_uploads.unwrap_or(self.max_in_flight_bytes / self.flush_bytes.max(1)).max(1)
+    }
+
     /// Checks every setting against its rule.
     pub fn validate(&self) -> Result<(), ConfigError> {
         let bad = |field, rule: &str| Err(ConfigError { field, rule: rule.to_string() });
@@ -98,7 +109,7 @@ impl WriterConfig {
         if self.max_logs_per_object == 0 {
             return bad("max_logs_per_object", "must be at least 1");
         }
-        if self.max_concurrent_uploads == 0 {
+        if self.max_concurrent_uploads == Some(0) {
             return bad("max_concurrent_uploads", "must be at least 1");
         }
         if self.max_entry_bytes == 0 || self.max_entry_bytes > i32::MAX as usize {
@@ -127,7 +138,8 @@ mod tests {
         c.validate().unwrap();
         assert_eq!(c.flush_window, Duration::from_millis(250));
         assert_eq!(c.flush_bytes, 4 << 20);
-        assert_eq!(c.max_logs_per_object, 4);
+        assert_eq!(c.max_logs_per_object, 10_000);
+        assert_eq!(c.upload_concurrency(), 16, "64 MiB in flight / 4 MiB objects");
     }
 
     #[test]

@@ -1,23 +1,36 @@
 //! The append path, A1–A4, as a pipeline of tasks:
 //!
 //! ```text
-//! append() ─A1 lease─▶ batcher ──flush──▶ upload tasks (≤ N at once) ──▶ publisher ──▶ one task per log
-//!                      groups entries     A2: build + PUT the WAL        reorders by      A3: sequenced put,
-//!                      by window/size/    object under a fresh name      flush order      A4: acknowledge
-//!                      log count
+//! append() ─A1 lease─▶ batcher ──flush──▶ upload tasks (≤ N at once) ──▶ publisher
+//!                      groups entries     A2: build + PUT the WAL        A3: one sequenced put per
+//!                      by window/size     object under a fresh name      log section, in each log's
+//!                                                                        flush order; A4: acknowledge
 //! ```
 //!
-//! Uploads run in parallel so throughput is not bound by one PUT's latency, while each log's
-//! index puts are issued in flush order, one at a time, so one writer's appends to a log take
-//! offsets in the order they were flushed. An entry's future resolves only after its log's
-//! index record committed (A4), with [`AppendError::OutcomeUnknown`] when the put's outcome
-//! is unknown, and with a failure — never an index record — when the object write failed.
+//! A WAL object closes when its payload reaches `flush_bytes` or its window passes, so objects
+//! fill up and hold many logs (their payloads grouped by log, so that a reader range-reads one
+//! log's bytes). Uploads run in parallel, so throughput is not bound by one PUT's latency.
+//!
+//! The publisher keeps, for each log, the objects holding it in flush order, and publishes a
+//! log's sections in that order, one sequenced put in flight per log: one writer's appends to
+//! a log take offsets in the order they were flushed. Logs do not wait for each other: a slow
+//! upload holds back only the logs it holds. The index puts of one object's sections are
+//! issued together, so a metadata store that batches (Oxia: one request per shard) carries
+//! them in one round trip. A log's state is dropped once nothing of it is pending, so idle
+//! logs cost no memory and no task.
+//!
+//! An entry's future resolves only after its log's index record committed (A4), with
+//! [`AppendError::OutcomeUnknown`] when the put's outcome is unknown, and with a failure —
+//! never an index record — when the object write failed.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use bytes::Bytes;
+use futures::StreamExt;
+use futures::future::BoxFuture;
+use futures::stream::FuturesUnordered;
 use lakestream_format::entry_index::EntryIndex;
 use lakestream_format::keys::{self, IndexKey};
 use lakestream_format::wal::{SectionSummary, WalObjectBuilder};
@@ -296,7 +309,10 @@ struct UploadCtx {
 #[derive(Debug, Default)]
 struct Batch {
     entries: Vec<PendingEntry>,
-    logs: Vec<LogId>,
+    /// The logs, for membership tests (objects hold hundreds).
+    logs: HashSet<LogId>,
+    /// The logs in the order of their first entry: the object's section order.
+    log_order: Vec<LogId>,
     bytes: usize,
     deadline: Option<Instant>,
 }
@@ -304,10 +320,10 @@ struct Batch {
 async fn run_batcher(
     config: WriterConfig,
     mut rx: mpsc::UnboundedReceiver<BatcherMsg>,
-    uploaded: mpsc::UnboundedSender<Uploaded>,
+    publisher: mpsc::UnboundedSender<PublisherMsg>,
     ctx: Arc<UploadCtx>,
 ) {
-    let uploads = Arc::new(Semaphore::new(config.max_concurrent_uploads));
+    let uploads = Arc::new(Semaphore::new(config.upload_concurrency()));
     let mut batch = Batch::default();
     let mut seq = 0u64;
     loop {
@@ -315,17 +331,17 @@ async fn run_batcher(
         let msg = tokio::select! {
             msg = rx.recv() => msg,
             _ = async { tokio::time::sleep_until(deadline.unwrap_or_else(Instant::now)).await }, if deadline.is_some() => {
-                flush(&mut batch, &mut seq, &uploads, &uploaded, &ctx).await;
+                flush(&mut batch, &mut seq, &uploads, &publisher, &ctx).await;
                 continue;
             }
         };
         match msg {
             None | Some(BatcherMsg::Close) => {
-                flush(&mut batch, &mut seq, &uploads, &uploaded, &ctx).await;
+                flush(&mut batch, &mut seq, &uploads, &publisher, &ctx).await;
                 return;
             }
             Some(BatcherMsg::Flush(done)) => {
-                flush(&mut batch, &mut seq, &uploads, &uploaded, &ctx).await;
+                flush(&mut batch, &mut seq, &uploads, &publisher, &ctx).await;
                 let _ = done.send(());
             }
             Some(BatcherMsg::Entry(entry)) => {
@@ -334,10 +350,10 @@ async fn run_batcher(
                 let too_big =
                     !batch.entries.is_empty() && batch.bytes + entry.payload.len() > config.flush_bytes;
                 if too_many_logs || too_big {
-                    flush(&mut batch, &mut seq, &uploads, &uploaded, &ctx).await;
+                    flush(&mut batch, &mut seq, &uploads, &publisher, &ctx).await;
                 }
-                if !batch.logs.contains(&entry.log_id) {
-                    batch.logs.push(entry.log_id);
+                if batch.logs.insert(entry.log_id) {
+                    batch.log_order.push(entry.log_id);
                 }
                 batch.bytes += entry.payload.len();
                 batch.entries.push(entry);
@@ -345,7 +361,7 @@ async fn run_batcher(
                     batch.deadline = Some(Instant::now() + config.flush_window);
                 }
                 if batch.bytes >= config.flush_bytes {
-                    flush(&mut batch, &mut seq, &uploads, &uploaded, &ctx).await;
+                    flush(&mut batch, &mut seq, &uploads, &publisher, &ctx).await;
                 }
             }
         }
@@ -356,7 +372,7 @@ async fn flush(
     batch: &mut Batch,
     seq: &mut u64,
     uploads: &Arc<Semaphore>,
-    uploaded: &mpsc::UnboundedSender<Uploaded>,
+    publisher: &mpsc::UnboundedSender<PublisherMsg>,
     ctx: &Arc<UploadCtx>,
 ) {
     let taken = std::mem::take(batch);
@@ -368,19 +384,32 @@ async fn flush(
     // Waiting here for an upload slot pushes back on the batcher, which is what bounds the
     // number of objects in flight.
     let Ok(slot) = uploads.clone().acquire_owned().await else { return };
-    let uploaded = uploaded.clone();
+    // The publisher learns the object's place in each of its logs before the upload can
+    // report: it publishes each log's sections in this order.
+    let _ = publisher.send(PublisherMsg::Flushed { seq, logs: taken.log_order.clone() });
+    let publisher = publisher.clone();
     let ctx = ctx.clone();
     tokio::spawn(async move {
-        let outcome = upload(&ctx, &taken.entries).await;
+        let mut entries = taken.entries;
+        let outcome = upload(&ctx, &mut entries, &taken.log_order).await;
         drop(slot);
-        let _ = uploaded.send(Uploaded { seq, outcome, entries: taken.entries });
+        let _ = publisher.send(PublisherMsg::Uploaded(Uploaded { seq, outcome, entries }));
     });
 }
 
-/// A2: builds the WAL object and writes it under a new name.
-async fn upload(ctx: &UploadCtx, entries: &[PendingEntry]) -> Result<(String, Vec<SectionSummary>), String> {
+/// A2: builds the WAL object, its payloads grouped by log (each log's in append order), and
+/// writes it under a new name. Reorders `entries` the same way, so that they line up with the
+/// sections' entries.
+async fn upload(
+    ctx: &UploadCtx,
+    entries: &mut [PendingEntry],
+    log_order: &[LogId],
+) -> Result<(String, Vec<SectionSummary>), String> {
+    let rank: HashMap<LogId, usize> = log_order.iter().enumerate().map(|(i, log)| (*log, i)).collect();
+    // Stable: a log's entries keep their order.
+    entries.sort_by_key(|e| rank.get(&e.log_id).copied().unwrap_or(usize::MAX));
     let mut builder = WalObjectBuilder::new();
-    for e in entries {
+    for e in entries.iter() {
         builder.add_entry(e.log_id, e.payload.clone(), e.record_count).map_err(|e| e.to_string())?;
     }
     let built = builder.build().map_err(|e| e.to_string())?;
@@ -390,127 +419,190 @@ async fn upload(ctx: &UploadCtx, entries: &[PendingEntry]) -> Result<(String, Ve
     Ok((name, built.sections))
 }
 
-/// Receives uploads in any order and hands their log sections to the per-log publishers in
-/// flush order.
-async fn run_publisher(mut rx: mpsc::UnboundedReceiver<Uploaded>, meta: Arc<dyn MetaStore>) {
-    let mut next = 1u64;
-    let mut waiting: BTreeMap<u64, Uploaded> = BTreeMap::new();
-    let mut logs: HashMap<LogId, mpsc::UnboundedSender<IndexJob>> = HashMap::new();
-    let mut log_tasks = Vec::new();
-    while let Some(up) = rx.recv().await {
-        waiting.insert(up.seq, up);
-        while let Some(up) = waiting.remove(&next) {
-            next += 1;
-            dispatch(up, &meta, &mut logs, &mut log_tasks);
+/// What the publisher hears from the batcher and the uploads.
+#[derive(Debug)]
+enum PublisherMsg {
+    /// An object was closed with these logs (in section order); sent before its upload starts.
+    Flushed { seq: u64, logs: Vec<LogId> },
+    /// Its upload finished (or failed).
+    Uploaded(Uploaded),
+}
+
+/// One object's place in a log's queue.
+#[derive(Debug)]
+enum Slot {
+    /// Still uploading.
+    Uploading,
+    /// Uploaded: the section's index put, ready to publish.
+    Ready(IndexJob),
+    /// Nothing to publish (the upload failed; its entries were answered).
+    Skip,
+}
+
+/// A log's pending objects, in flush order, and whether its index put is in flight.
+#[derive(Debug, Default)]
+struct LogQueue {
+    objects: VecDeque<(u64, Slot)>,
+    put_in_flight: bool,
+}
+
+/// A3 and A4: publishes each log's sections in the log's flush order, one put in flight per
+/// log; logs are independent of each other. Ends once the batcher and every upload are done
+/// and every put has completed.
+async fn run_publisher(mut rx: mpsc::UnboundedReceiver<PublisherMsg>, meta: Arc<dyn MetaStore>) {
+    let mut logs: HashMap<LogId, LogQueue> = HashMap::new();
+    let mut puts = FuturesUnordered::new();
+    let mut open = true;
+    while open || !puts.is_empty() {
+        tokio::select! {
+            msg = rx.recv(), if open => match msg {
+                Some(PublisherMsg::Flushed { seq, logs: in_object }) => {
+                    for log_id in in_object {
+                        logs.entry(log_id).or_default().objects.push_back((seq, Slot::Uploading));
+                    }
+                }
+                Some(PublisherMsg::Uploaded(up)) => {
+                    for log_id in settle(up, &mut logs) {
+                        publish_next(log_id, &mut logs, &mut puts, &meta);
+                    }
+                }
+                None => open = false,
+            },
+            Some(log_id) = puts.next(), if !puts.is_empty() => {
+                if let Some(queue) = logs.get_mut(&log_id) {
+                    queue.put_in_flight = false;
+                }
+                publish_next(log_id, &mut logs, &mut puts, &meta);
+            }
         }
-    }
-    drop(logs);
-    for t in log_tasks {
-        let _ = t.await;
     }
 }
 
-fn dispatch(
-    up: Uploaded,
-    meta: &Arc<dyn MetaStore>,
-    logs: &mut HashMap<LogId, mpsc::UnboundedSender<IndexJob>>,
-    log_tasks: &mut Vec<JoinHandle<()>>,
-) {
-    let (name, sections) = match up.outcome {
-        Ok(ok) => ok,
+/// Fills the uploaded object's slot in each of its logs' queues; answers its entries if the
+/// upload failed. Returns the object's logs.
+fn settle(up: Uploaded, logs: &mut HashMap<LogId, LogQueue>) -> Vec<LogId> {
+    let mut slots: HashMap<LogId, Slot> = HashMap::new();
+    match up.outcome {
         Err(reason) => {
             // The spec: no index record for an object that failed to write, and none of its
             // entries reported appended.
             for e in up.entries {
+                slots.entry(e.log_id).or_insert(Slot::Skip);
                 let _ = e.reply.send(Err(AppendError::ObjectWriteFailed(reason.clone())));
             }
-            return;
         }
-    };
-    let mut by_log: HashMap<LogId, Vec<PendingEntry>> = HashMap::new();
-    for e in up.entries {
-        by_log.entry(e.log_id).or_default().push(e);
-    }
-    for section in sections {
-        let entries = by_log.remove(&section.log_id).unwrap_or_default();
-        let job = match EntryIndex::raw(&name, &section) {
-            Ok(value) => IndexJob {
-                value: Bytes::from(value.encode()),
-                record_count: section.record_count,
-                payload_bytes: section.payload_bytes,
-                entries,
-            },
-            Err(e) => {
-                for entry in entries {
-                    let _ = entry.reply.send(Err(AppendError::InvalidInput(e.to_string())));
-                }
-                continue;
+        Ok((name, sections)) => {
+            let mut by_log: HashMap<LogId, Vec<PendingEntry>> = HashMap::new();
+            for e in up.entries {
+                by_log.entry(e.log_id).or_default().push(e);
             }
-        };
-        let tx = logs.entry(section.log_id).or_insert_with(|| {
-            let (tx, rx) = mpsc::unbounded_channel();
-            log_tasks.push(tokio::spawn(run_log_publisher(section.log_id, rx, meta.clone())));
-            tx
-        });
-        let _ = tx.send(job);
+            for section in sections {
+                let entries = by_log.remove(&section.log_id).unwrap_or_default();
+                let slot = match EntryIndex::raw(&name, &section) {
+                    Ok(value) => Slot::Ready(IndexJob {
+                        value: Bytes::from(value.encode()),
+                        record_count: section.record_count,
+                        payload_bytes: section.payload_bytes,
+                        entries,
+                    }),
+                    Err(e) => {
+                        for entry in entries {
+                            let _ = entry.reply.send(Err(AppendError::InvalidInput(e.to_string())));
+                        }
+                        Slot::Skip
+                    }
+                };
+                slots.insert(section.log_id, slot);
+            }
+        }
+    }
+    let mut touched = Vec::with_capacity(slots.len());
+    for (log_id, slot) in slots {
+        if let Some(queue) = logs.get_mut(&log_id)
+            && let Some((_, pending)) = queue.objects.iter_mut().find(|(seq, _)| *seq == up.seq)
+        {
+            *pending = slot;
+            touched.push(log_id);
+        }
+    }
+    touched
+}
+
+/// Starts the log's next index put if none is in flight and its oldest object is uploaded;
+/// forgets the log once nothing of it is pending.
+fn publish_next(
+    log_id: LogId,
+    logs: &mut HashMap<LogId, LogQueue>,
+    puts: &mut FuturesUnordered<BoxFuture<'static, LogId>>,
+    meta: &Arc<dyn MetaStore>,
+) {
+    let Some(queue) = logs.get_mut(&log_id) else { return };
+    while !queue.put_in_flight {
+        match queue.objects.front() {
+            Some((_, Slot::Uploading)) | None => break,
+            Some((_, Slot::Skip)) => {
+                queue.objects.pop_front();
+            }
+            Some((_, Slot::Ready(_))) => {
+                let Some((_, Slot::Ready(job))) = queue.objects.pop_front() else { break };
+                queue.put_in_flight = true;
+                puts.push(Box::pin(publish(log_id, job, meta.clone())));
+            }
+        }
+    }
+    if queue.objects.is_empty() && !queue.put_in_flight {
+        logs.remove(&log_id);
     }
 }
 
-/// A3 and A4 for one log: one sequenced put per log section, in flush order.
-async fn run_log_publisher(
-    log_id: LogId,
-    mut rx: mpsc::UnboundedReceiver<IndexJob>,
-    meta: Arc<dyn MetaStore>,
-) {
-    let partition = keys::partition(log_id);
-    let prefix = keys::index_prefix(log_id);
-    while let Some(job) = rx.recv().await {
-        // Stop publishing as soon as the session behind the lease ended (spec SHOULD).
-        if job.entries.iter().any(|e| e.lease.is_lost()) {
-            for e in job.entries {
-                let _ = e.reply.send(Err(AppendError::LeaseLost { log_id }));
-            }
-            continue;
+/// A3 and A4 for one log section: the sequenced put, then each entry's answer.
+async fn publish(log_id: LogId, job: IndexJob, meta: Arc<dyn MetaStore>) -> LogId {
+    // Stop publishing as soon as the session behind the lease ended (spec SHOULD).
+    if job.entries.iter().any(|e| e.lease.is_lost()) {
+        for e in job.entries {
+            let _ = e.reply.send(Err(AppendError::LeaseLost { log_id }));
         }
-        let result =
-            meta.sequenced_put(&partition, &prefix, &[job.record_count, job.payload_bytes], job.value).await;
-        match result {
-            Ok(written) => match IndexKey::parse(&written.key) {
-                Ok(key) if key.end_offset >= job.record_count => {
-                    let mut offset = key.end_offset - job.record_count;
-                    for e in job.entries {
-                        let ack = AppendAck {
-                            log_id,
-                            offset,
-                            record_count: e.record_count,
-                            timestamp_ms: written.created_ms,
-                        };
-                        offset += u64::from(e.record_count);
-                        let _ = e.reply.send(Ok(ack));
-                    }
-                }
-                other => {
-                    let reason = match other {
-                        Err(e) => format!("the store returned key {:?}: {e}", written.key),
-                        Ok(_) => format!("the store returned key {:?}, below the record count", written.key),
-                    };
-                    for e in job.entries {
-                        let _ =
-                            e.reply.send(Err(AppendError::OutcomeUnknown { log_id, reason: reason.clone() }));
-                    }
-                }
-            },
-            Err(err) => {
-                let unknown = err.class() == lakestream_format::ErrorClass::OutcomeUnknown;
+        return log_id;
+    }
+    let (partition, prefix) = (keys::partition(log_id), keys::index_prefix(log_id));
+    let result =
+        meta.sequenced_put(&partition, &prefix, &[job.record_count, job.payload_bytes], job.value).await;
+    match result {
+        Ok(written) => match IndexKey::parse(&written.key) {
+            Ok(key) if key.end_offset >= job.record_count => {
+                let mut offset = key.end_offset - job.record_count;
                 for e in job.entries {
-                    let reason = err.to_string();
-                    let _ = e.reply.send(Err(if unknown {
-                        AppendError::OutcomeUnknown { log_id, reason }
-                    } else {
-                        AppendError::IndexPutFailed { log_id, reason }
-                    }));
+                    let ack = AppendAck {
+                        log_id,
+                        offset,
+                        record_count: e.record_count,
+                        timestamp_ms: written.created_ms,
+                    };
+                    offset += u64::from(e.record_count);
+                    let _ = e.reply.send(Ok(ack));
                 }
+            }
+            other => {
+                let reason = match other {
+                    Err(e) => format!("the store returned key {:?}: {e}", written.key),
+                    Ok(_) => format!("the store returned key {:?}, below the record count", written.key),
+                };
+                for e in job.entries {
+                    let _ = e.reply.send(Err(AppendError::OutcomeUnknown { log_id, reason: reason.clone() }));
+                }
+            }
+        },
+        Err(err) => {
+            let unknown = err.class() == lakestream_format::ErrorClass::OutcomeUnknown;
+            for e in job.entries {
+                let reason = err.to_string();
+                let _ = e.reply.send(Err(if unknown {
+                    AppendError::OutcomeUnknown { log_id, reason }
+                } else {
+                    AppendError::IndexPutFailed { log_id, reason }
+                }));
             }
         }
     }
+    log_id
 }

@@ -1,0 +1,154 @@
+//! The append pipeline's shape: WAL objects that fill up with many logs, each log's payloads
+//! grouped, and logs that do not wait for each other's uploads.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use futures::StreamExt;
+use futures::stream::BoxStream;
+use lakestream_format::wal::WalIndex;
+use lakestream_format::{LogId, SystemClock};
+use lakestream_meta::InMemoryStore;
+use lakestream_meta::lease::SeededTokens;
+use lakestream_objstore::{
+    ByteRange, InMemoryStore as MemObjects, ObjectMeta, ObjectPath, ObjectPrefix, ObjectResult, ObjectStore,
+    WriteOnce,
+};
+use lakestream_writer::{Writer, WriterConfig, WriterDeps};
+use tokio::sync::watch;
+
+fn writer(objects: Arc<dyn ObjectStore>, config: WriterConfig) -> Writer {
+    let deps = WriterDeps {
+        meta: Arc::new(InMemoryStore::new()),
+        objects,
+        clock: Arc::new(SystemClock),
+        tokens: Arc::new(SeededTokens::new(1)),
+    };
+    Writer::start(config, deps).unwrap()
+}
+
+async fn objects(store: &Arc<dyn ObjectStore>) -> Vec<Bytes> {
+    let listed: Vec<_> = store.list(&ObjectPrefix::all(), None).collect().await;
+    let mut all = Vec::new();
+    for meta in listed {
+        all.push(store.get(&meta.unwrap().path).await.unwrap());
+    }
+    all
+}
+
+/// A WAL object closes on its size or its window, not after a few logs: 300 logs appended
+/// together land in one object, and each log's payloads lie together in it, so that a reader
+/// reads one log's bytes with one range.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn objects_fill_up_with_hundreds_of_logs_and_group_each_logs_payloads() {
+    const LOGS: u64 = 300;
+    let store: Arc<dyn ObjectStore> = Arc::new(MemObjects::new(Arc::new(SystemClock)));
+    let w = writer(
+        store.clone(),
+        WriterConfig { flush_window: Duration::from_millis(500), ..WriterConfig::default() },
+    );
+    // Two entries per log, interleaved across logs, all in one window.
+    let appends = (0..2u64).flat_map(|round| (0..LOGS).map(move |log| (round, log))).map(|(round, log)| {
+        let w = w.clone();
+        async move { w.append(LogId(log), Bytes::from(format!("log {log} entry {round}")), 1).await }
+    });
+    for ack in futures::future::join_all(appends).await {
+        ack.unwrap();
+    }
+    let all = objects(&store).await;
+    assert!(all.len() <= 2, "{} objects for one window of 600 small entries", all.len());
+    let mut sections = 0;
+    for object in &all {
+        let index = WalIndex::parse(object).unwrap();
+        for section in index.sections() {
+            sections += 1;
+            let span = section.payload_span();
+            assert_eq!(
+                span.end - span.start,
+                section.payload_bytes(),
+                "log {}'s payloads lie together",
+                section.log_id
+            );
+        }
+    }
+    assert_eq!(sections, LOGS as usize + all.len() - 1, "every log in a section (a log split at most once)");
+    w.close().await;
+}
+
+/// An object store whose first PUT waits until released.
+#[derive(Debug)]
+struct GatedStore {
+    inner: Arc<dyn ObjectStore>,
+    puts: AtomicUsize,
+    release: watch::Receiver<bool>,
+}
+
+#[async_trait]
+impl ObjectStore for GatedStore {
+    async fn put(&self, path: &ObjectPath, bytes: Bytes) -> ObjectResult<()> {
+        if self.puts.fetch_add(1, Ordering::SeqCst) == 0 {
+            let mut release = self.release.clone();
+            let _ = release.wait_for(|r| *r).await;
+        }
+        self.inner.put(path, bytes).await
+    }
+    async fn get(&self, path: &ObjectPath) -> ObjectResult<Bytes> {
+        self.inner.get(path).await
+    }
+    async fn get_range(&self, path: &ObjectPath, range: ByteRange) -> ObjectResult<Bytes> {
+        self.inner.get_range(path, range).await
+    }
+    async fn head(&self, path: &ObjectPath) -> ObjectResult<ObjectMeta> {
+        self.inner.head(path).await
+    }
+    async fn delete(&self, path: &ObjectPath) -> ObjectResult<()> {
+        self.inner.delete(path).await
+    }
+    async fn delete_many(&self, paths: &[ObjectPath]) -> ObjectResult<()> {
+        self.inner.delete_many(paths).await
+    }
+    fn list(
+        &self,
+        prefix: &ObjectPrefix,
+        start_after: Option<&ObjectPath>,
+    ) -> BoxStream<'static, ObjectResult<ObjectMeta>> {
+        self.inner.list(prefix, start_after)
+    }
+    fn write_once(&self) -> WriteOnce {
+        self.inner.write_once()
+    }
+}
+
+/// Index puts are ordered per log, not across logs: while the object holding log A's entry
+/// is still uploading, a later object holding only log B is published and acknowledged; A's
+/// entry is acknowledged once its upload completes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_upload_holds_back_only_the_logs_it_holds() {
+    let (release, gate) = watch::channel(false);
+    let gated = Arc::new(GatedStore {
+        inner: Arc::new(MemObjects::new(Arc::new(SystemClock))),
+        puts: AtomicUsize::new(0),
+        release: gate,
+    });
+    let w = writer(
+        gated.clone(),
+        WriterConfig { flush_window: Duration::from_millis(1), ..WriterConfig::default() },
+    );
+    let a = tokio::spawn({
+        let w = w.clone();
+        async move { w.append(LogId(1), Bytes::from_static(b"a"), 1).await }
+    });
+    while gated.puts.load(Ordering::SeqCst) == 0 {
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    let b =
+        tokio::time::timeout(Duration::from_secs(10), w.append(LogId(2), Bytes::from_static(b"b"), 1)).await;
+    assert_eq!(b.expect("log B was not held back by log A's upload").unwrap().offset, 0);
+    assert!(!a.is_finished(), "log A's entry waits for its own upload");
+    release.send_replace(true);
+    assert_eq!(a.await.unwrap().unwrap().offset, 0);
+    w.close().await;
+}
