@@ -32,11 +32,9 @@ impl HeldLease {
     }
 }
 
-#[derive(Debug, Default)]
-struct State {
-    session: Option<Arc<dyn Session>>,
-    leases: HashMap<LogId, Held>,
-}
+/// A log's lease slot: its own lock, so that acquiring one log's lease (two metadata round
+/// trips) never holds back appends to other logs.
+type Slot = Arc<Mutex<Option<Held>>>;
 
 #[derive(Debug)]
 struct Held {
@@ -44,12 +42,24 @@ struct Held {
     last_used: Instant,
 }
 
+/// The writer's leases. Memory per leased log: one map entry and slot with the lease's token
+/// and keys, about half a KiB; a log's entry goes when its lease is released (after
+/// `lease_idle_release` unused), so idle logs cost nothing.
 #[derive(Debug)]
 pub(crate) struct Leases {
     store: Arc<dyn MetaStore>,
     tokens: Arc<dyn TokenSource>,
     session_timeout: Duration,
-    state: Mutex<State>,
+    /// The session behind every lease; locked only to read it or, once, to open it.
+    session: Mutex<Option<Arc<dyn Session>>>,
+    /// Held briefly, never across an await.
+    slots: std::sync::Mutex<HashMap<LogId, Slot>>,
+}
+
+fn lock_slots(
+    slots: &std::sync::Mutex<HashMap<LogId, Slot>>,
+) -> std::sync::MutexGuard<'_, HashMap<LogId, Slot>> {
+    slots.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 impl Leases {
@@ -58,86 +68,113 @@ impl Leases {
         tokens: Arc<dyn TokenSource>,
         session_timeout: Duration,
     ) -> Self {
-        Leases { store, tokens, session_timeout, state: Mutex::new(State::default()) }
+        Leases {
+            store,
+            tokens,
+            session_timeout,
+            session: Mutex::new(None),
+            slots: std::sync::Mutex::default(),
+        }
+    }
+
+    /// The live session, opening one if there is none or it ended (every lease of an ended
+    /// session is gone with its records).
+    async fn session(&self, log_id: LogId) -> Result<Arc<dyn Session>, AppendError> {
+        let mut session = self.session.lock().await;
+        if let Some(s) = session.as_ref()
+            && !s.is_ended()
+        {
+            return Ok(s.clone());
+        }
+        let s = self
+            .store
+            .open_session(self.session_timeout)
+            .await
+            .map_err(|source| AppendError::Lease { log_id, source })?;
+        *session = Some(s.clone());
+        Ok(s)
     }
 
     /// The lease on `log_id`, acquired now if not held (spec "Leases": ephemeral lease record,
-    /// then the fence check; a fenced log refuses).
+    /// then the fence check; a fenced log refuses). Only appends to the same log wait for an
+    /// acquisition in progress.
     pub(crate) async fn ensure(&self, log_id: LogId) -> Result<HeldLease, AppendError> {
-        let mut state = self.state.lock().await;
-        if state.session.as_ref().is_some_and(|s| s.is_ended()) {
-            // Every lease of the ended session is gone with its records.
-            state.session = None;
-            state.leases.clear();
+        let slot = lock_slots(&self.slots).entry(log_id).or_default().clone();
+        let mut held = slot.lock().await;
+        if let Some(h) = held.as_mut()
+            && !*h.lease.session_ended().borrow()
+        {
+            h.last_used = Instant::now();
+            return Ok(HeldLease { lease: h.lease.clone() });
         }
-        if let Some(held) = state.leases.get_mut(&log_id) {
-            held.last_used = Instant::now();
-            return Ok(HeldLease { lease: held.lease.clone() });
-        }
-        let session = match &state.session {
-            Some(s) => s.clone(),
-            None => {
-                let s = self
-                    .store
-                    .open_session(self.session_timeout)
-                    .await
-                    .map_err(|source| AppendError::Lease { log_id, source })?;
-                state.session = Some(s.clone());
-                s
-            }
-        };
+        let session = self.session(log_id).await?;
         let token = self.tokens.new_token();
         let lease = match lease::acquire(self.store.as_ref(), &session, log_id, &token).await {
             Ok(lease) => Arc::new(lease),
             Err(LeaseError::Fenced { .. }) => return Err(AppendError::Fenced { log_id }),
             Err(LeaseError::Meta(source)) => return Err(AppendError::Lease { log_id, source }),
         };
-        state.leases.insert(log_id, Held { lease: lease.clone(), last_used: Instant::now() });
+        *held = Some(Held { lease: lease.clone(), last_used: Instant::now() });
         Ok(HeldLease { lease })
     }
 
-    /// Releases the leases that no pending entry holds and that were last used `idle` or
-    /// longer before `now`. Holding the state lock keeps `ensure` from handing one out while
-    /// it is being released.
+    /// Takes out the leases that no pending entry holds and that were last used `idle` or
+    /// longer before `now` (skipping any being acquired or used right now), forgetting their
+    /// logs; then releases them, without holding any lock across the round trips.
     pub(crate) async fn release_idle(&self, now: Instant, idle: Duration) -> usize {
-        let mut state = self.state.lock().await;
-        let idle_logs: Vec<LogId> = state
-            .leases
-            .iter()
-            .filter(|(_, h)| {
+        let mut idle_leases = Vec::new();
+        lock_slots(&self.slots).retain(|log_id, slot| {
+            // Another reference is an `ensure` under way (it clones the slot under this lock):
+            // leave the log alone, or its lease could land in a slot nobody tracks.
+            if Arc::strong_count(slot) > 1 {
+                return true;
+            }
+            let Ok(mut held) = slot.try_lock() else { return true };
+            let unused = held.as_ref().is_some_and(|h| {
                 Arc::strong_count(&h.lease) == 1 && now.saturating_duration_since(h.last_used) >= idle
-            })
-            .map(|(log_id, _)| *log_id)
-            .collect();
-        for log_id in &idle_logs {
-            let Some(held) = state.leases.remove(log_id) else { continue };
-            let Ok(lease) = Arc::try_unwrap(held.lease) else { continue };
+            });
+            if unused && let Some(h) = held.take() {
+                idle_leases.push((*log_id, h.lease));
+            }
+            held.is_some()
+        });
+        let released = idle_leases.len();
+        for (log_id, lease) in idle_leases {
+            let Ok(lease) = Arc::try_unwrap(lease) else { continue };
             if let Err(e) = lease.release(self.store.as_ref()).await {
                 tracing::warn!(%log_id, error = %e, "releasing an idle write lease failed; it ends with the session");
             } else {
                 tracing::debug!(%log_id, "released an idle write lease");
             }
         }
-        idle_logs.len()
+        released
     }
 
     /// The logs whose lease is held now (for tests and metrics).
     pub(crate) async fn held(&self) -> Vec<LogId> {
-        let mut logs: Vec<LogId> = self.state.lock().await.leases.keys().copied().collect();
+        let slots: Vec<(LogId, Slot)> =
+            lock_slots(&self.slots).iter().map(|(l, s)| (*l, s.clone())).collect();
+        let mut logs = Vec::new();
+        for (log_id, slot) in slots {
+            if slot.lock().await.is_some() {
+                logs.push(log_id);
+            }
+        }
         logs.sort();
         logs
     }
 
     /// The id of the current metadata-store session, if one is open (for logs and tests).
     pub(crate) async fn session_id(&self) -> Option<String> {
-        self.state.lock().await.session.as_ref().map(|s| s.id())
+        self.session.lock().await.as_ref().map(|s| s.id())
     }
 
     /// Releases every lease and closes the session. Call only after every change started
     /// under the leases has completed.
     pub(crate) async fn release_all(&self) {
-        let mut state = self.state.lock().await;
-        for (log_id, held) in state.leases.drain() {
+        let slots: Vec<(LogId, Slot)> = lock_slots(&self.slots).drain().collect();
+        for (log_id, slot) in slots {
+            let Some(held) = slot.lock().await.take() else { continue };
             match Arc::try_unwrap(held.lease) {
                 Ok(lease) => {
                     if let Err(e) = lease.release(self.store.as_ref()).await {
@@ -149,7 +186,7 @@ impl Leases {
                 }
             }
         }
-        if let Some(session) = state.session.take()
+        if let Some(session) = self.session.lock().await.take()
             && let Err(e) = session.close().await
         {
             tracing::warn!(error = %e, "closing the writer's metadata session failed");

@@ -56,6 +56,8 @@ impl Gate {
 struct Meta {
     inner: InMemoryStore,
     marker_read_gate: Mutex<Option<Gate>>,
+    /// A gate on the next read of this log's fence: the lease acquisition's second step.
+    fence_read_gate: Mutex<Option<(LogId, Gate)>>,
     sequenced_puts: AtomicUsize,
     /// For each sequenced put, how many lease records its log had as it ran.
     leases_at_publish: Mutex<Vec<usize>>,
@@ -73,7 +75,14 @@ impl MetaStore for Meta {
         let gate = if k.starts_with("/mark-deleted-offsets/") {
             self.marker_read_gate.lock().unwrap().take()
         } else {
-            None
+            let mut fence_gate = self.fence_read_gate.lock().unwrap();
+            match fence_gate.take() {
+                Some((log, gate)) if k == keys::fence_key(log) => Some(gate),
+                other => {
+                    *fence_gate = other;
+                    None
+                }
+            }
         };
         if let Some(gate) = gate {
             gate.pass().await;
@@ -168,6 +177,7 @@ impl Stack {
         let meta = Arc::new(Meta {
             inner: mem.clone(),
             marker_read_gate: Mutex::new(None),
+            fence_read_gate: Mutex::new(None),
             sequenced_puts: AtomicUsize::new(0),
             leases_at_publish: Mutex::new(Vec::new()),
         });
@@ -409,4 +419,27 @@ proptest::proptest! {
         proptest::prop_assert!(names.len() >= steps.len());
         proptest::prop_assert_eq!(unique.len(), names.len(), "a WAL object name was used twice: {:?}", names);
     }
+}
+
+/// A1 without a global lock across a round trip: while one log's lease acquisition waits on
+/// the metadata store, appends to another log go through (only appends to the same log wait).
+#[tokio::test]
+async fn a_slow_lease_acquisition_holds_back_only_its_own_log() {
+    let s = Stack::new();
+    let w = s.writer(21);
+    append_now(&w, LogId(2), b"opens the session").await;
+    let (gate, handle) = gate();
+    *s.meta.fence_read_gate.lock().unwrap() = Some((LogId(1), gate));
+    let slow = tokio::spawn({
+        let w = w.clone();
+        async move { w.append(LogId(1), Bytes::from_static(b"slow"), 1).await }
+    });
+    handle.reached.await.expect("the acquisition reached the fence read");
+    let other =
+        tokio::time::timeout(Duration::from_secs(10), w.append(LogId(3), Bytes::from_static(b"b"), 1)).await;
+    assert_eq!(other.expect("log 3 waited for log 1's lease").unwrap().offset, 0);
+    assert!(!slow.is_finished());
+    let _ = handle.open.send(());
+    assert_eq!(slow.await.unwrap().unwrap().offset, 0);
+    w.close().await;
 }
