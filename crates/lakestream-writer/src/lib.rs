@@ -4,8 +4,8 @@
 //!
 //! - **A1 lease** — before a log's first append, it acquires a write lease on the log
 //!   (an ephemeral lease record, then the fence check); a fenced log refuses appends.
-//! - **A2 object** — it groups entries of up to `max_logs_per_object` logs into a WAL object,
-//!   flushed on a time window or a size, and writes it under a new name
+//! - **A2 object** — it groups entries of many logs into a WAL object (each log's payloads
+//!   together), flushed on a time window or a size, and writes it under a new name
 //!   `yyyy/MM/dd/HH/mm/ss/{uuid}` (UTC).
 //! - **A3 index** — after the object is written, one sequenced put per log section, in flush
 //!   order per log.
