@@ -153,6 +153,27 @@ impl Drop for StandaloneOxia {
     }
 }
 
+/// A free loopback port below Linux's ephemeral range (32768–60999 by default) for a cluster
+/// process. A port handed out by the kernel (port 0) comes from that range, where every
+/// outgoing connection also takes its local port; between probing it and the Oxia process
+/// binding it, the test's own connections could take it, and an Oxia process that cannot
+/// bind one of its ports exits. Ports are never handed out twice by one test process.
+fn cluster_port() -> u16 {
+    use std::hash::{BuildHasher, Hasher};
+    static HANDED_OUT: std::sync::Mutex<Vec<u16>> = std::sync::Mutex::new(Vec::new());
+    let mut handed_out = HANDED_OUT.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    for _ in 0..1000 {
+        // Randomly seeded, so that concurrent test processes rarely probe the same ports.
+        let random = std::collections::hash_map::RandomState::new().build_hasher().finish();
+        let port = 20_000 + (random % 12_000) as u16;
+        if !handed_out.contains(&port) && std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            handed_out.push(port);
+            return port;
+        }
+    }
+    panic!("no free loopback port in 20000..32000");
+}
+
 /// How long a cluster process gets to open its port, and the cluster to elect every leader.
 const CLUSTER_START_TIMEOUT: Duration = Duration::from_secs(30);
 
@@ -264,7 +285,7 @@ impl OxiaCluster {
     pub async fn start_with(servers: usize, replication_factor: u32, shards: u32) -> Self {
         assert!(servers >= 1 && (1..=servers).contains(&(replication_factor as usize)) && shards >= 1);
         let dir = tempfile::tempdir().expect("a temporary directory for the Oxia cluster");
-        let loopback = || format!("127.0.0.1:{}", free_port());
+        let loopback = || format!("127.0.0.1:{}", cluster_port());
         let mut cluster_yaml = format!(
             "namespaces:\n  - name: default\n    initialShardCount: {shards}\n    replicationFactor: {replication_factor}\nservers:\n"
         );
@@ -440,6 +461,39 @@ impl OxiaCluster {
             }
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
+    }
+
+    /// The ensemble (replica set) of every shard, as server indexes, from the status the
+    /// coordinator keeps in `metadata/cluster-status.json` (YAML, despite the name). Panics
+    /// with the file's text when it cannot be read so.
+    pub fn ensembles(&self) -> BTreeMap<ShardId, Vec<usize>> {
+        let path = self.dir.path().join("metadata").join("cluster-status.json");
+        let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("read {}: {e}", path.display()));
+        let mut ensembles: BTreeMap<ShardId, Vec<usize>> = BTreeMap::new();
+        let (mut shard, mut in_ensemble) = (None, false);
+        for line in text.lines() {
+            let indent = line.len() - line.trim_start().len();
+            let item = line.trim().trim_start_matches("- ");
+            // `namespaces.<ns>.shards.<id>:` at depth 3, the shard's fields at depth 4.
+            if indent == 12 && item.ends_with(':') {
+                shard = item.trim_end_matches(':').parse::<ShardId>().ok();
+                in_ensemble = false;
+            } else if indent == 16 {
+                in_ensemble = item == "ensemble:";
+            } else if in_ensemble && let (Some(shard), Some(address)) = (shard, item.strip_prefix("public:"))
+            {
+                let index = self.server_index(address.trim()).unwrap_or_else(|| {
+                    panic!(
+                        "{}: unknown server {address} in shard {shard}'s ensemble:\n{text}",
+                        path.display()
+                    )
+                });
+                ensembles.entry(shard).or_default().push(index);
+            }
+        }
+        let shards = self.shard_map().shards().len();
+        assert_eq!(ensembles.len(), shards, "{}: not every shard's ensemble found:\n{text}", path.display());
+        ensembles
     }
 
     /// Kills data server `index` with SIGKILL (no shutdown) and reaps it.

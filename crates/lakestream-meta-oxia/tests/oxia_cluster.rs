@@ -24,7 +24,7 @@ use futures::StreamExt;
 use futures::stream::FuturesUnordered;
 use lakestream_format::LogId;
 use lakestream_format::keys::{self, IndexKey};
-use lakestream_meta::{MetaError, MetaStore, Record};
+use lakestream_meta::{MetaError, MetaResult, MetaStore, Record, WriteResult};
 use lakestream_meta_oxia::testkit::OxiaCluster;
 use lakestream_meta_oxia::{OxiaConfig, OxiaStore, ShardId};
 
@@ -53,6 +53,10 @@ const RETRY_PAUSE: Duration = Duration::from_millis(20);
 /// The deltas of each put: one entry, and a payload size that varies with the sequence
 /// number (static, so that the put is issued — queued on its stream — when it is called).
 const DELTAS: [[u64; 2]; 4] = [[1, 48], [1, 49], [1, 50], [1, 51]];
+
+/// Serializes the tests: each runs a cluster, and two at once on a small machine would
+/// disturb each other's timing.
+static ONE_CLUSTER_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 /// A put's value: `p{producer} s{seq} a{attempt}`, padded to the size its deltas announce.
 fn value(producer: usize, seq: u64, attempt: u64) -> (Bytes, &'static [u64]) {
@@ -291,6 +295,7 @@ fn first_lines(items: &[String]) -> String {
 /// within [`RECOVERY_BOUND`].
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn the_leader_of_a_busy_shard_is_killed_under_load_and_no_acknowledged_write_is_lost() {
+    let _one_cluster = ONE_CLUSTER_AT_A_TIME.lock().await;
     let test_started = Instant::now();
     let mut cluster = OxiaCluster::start().await;
     let cluster_started = test_started.elapsed();
@@ -483,4 +488,93 @@ async fn the_leader_of_a_busy_shard_is_killed_under_load_and_no_acknowledged_wri
         restarted_at.elapsed()
     );
     println!("test took {:?}", test_started.elapsed());
+}
+
+/// One append to `log`.
+async fn append(store: &OxiaStore, log: LogId) -> MetaResult<WriteResult> {
+    let (partition, prefix) = (keys::partition(log), keys::index_prefix(log));
+    let (value, deltas) = value(0, 0, 0);
+    store.sequenced_put(&partition, &prefix, deltas, value).await
+}
+
+/// While a shard has no leader, the coordinator announces it with an empty leader in every
+/// assignment — also in those naming other shards' new leaders. A client that refused such
+/// an assignment would keep sending to dead leaders for as long as any shard has no leader.
+///
+/// Four data servers, replication factor 3, eight shards. Server `a` leads shards S and T;
+/// server `b` replicates T but not S. `b` is killed (every shard keeps a quorum), then `a`:
+/// S elects a new leader among its two live replicas, while T, with one live replica, cannot
+/// and stays without one. Appends to S must resume; appends to T fail as not applied.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_shard_that_lost_its_quorum_does_not_stop_the_client_following_the_other_shards() {
+    let _one_cluster = ONE_CLUSTER_AT_A_TIME.lock().await;
+    let mut cluster = OxiaCluster::start_with(4, 3, 8).await;
+    let leaders = cluster.wait_for_leaders(Duration::from_secs(30)).await;
+    let ensembles = cluster.ensembles();
+    let placed = leaders.iter().flat_map(|(&s, &a)| {
+        let ensembles = &ensembles;
+        leaders.iter().filter(move |&(&t, &leader)| t != s && leader == a).flat_map(move |(&t, _)| {
+            ensembles[&t]
+                .iter()
+                .filter(move |&&b| b != a && !ensembles[&s].contains(&b))
+                .map(move |&b| (s, t, a, b))
+        })
+    });
+    let Some((s, t, a, b)) = placed.into_iter().next() else {
+        panic!(
+            "no server leads two shards placed for this test: leaders {leaders:?}, ensembles {ensembles:?}"
+        );
+    };
+    println!(
+        "server {a} leads shard {s} (ensemble {:?}) and shard {t} (ensemble {:?}); server {b} is killed first",
+        ensembles[&s], ensembles[&t]
+    );
+    let map = cluster.shard_map();
+    let log_on = |shard: ShardId| {
+        (1000..)
+            .map(LogId)
+            .find(|log| map.shard_for_key(&keys::partition(*log)).map(|x| x.id) == Some(shard))
+            .expect("a log on every shard")
+    };
+    let (log_s, log_t) = (log_on(s), log_on(t));
+    let store = OxiaStore::connect(OxiaConfig {
+        request_timeout: Duration::from_secs(2),
+        ..OxiaConfig::new(cluster.addresses())
+    })
+    .await
+    .expect("connect");
+    append(&store, log_s).await.expect("append to S");
+    append(&store, log_t).await.expect("append to T");
+
+    cluster.kill9_server(b);
+    let after_b = cluster.wait_for_leaders(Duration::from_secs(15)).await;
+    assert_eq!((after_b[&s], after_b[&t]), (a, a), "losing a follower moves no leader");
+    let killed_at = Instant::now();
+    cluster.kill9_server(a);
+    let deadline = killed_at + Duration::from_secs(20);
+    let resumed = loop {
+        match append(&store, log_s).await {
+            Ok(_) => break killed_at.elapsed(),
+            Err(MetaError::Unavailable(_) | MetaError::OutcomeUnknown(_)) if Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            Err(error) => panic!(
+                "appends to shard {s} did not resume within 20 s of its leader's death: {error}\nmap {:?}",
+                store.client().shard_map()
+            ),
+        }
+    };
+    println!("appends to shard {s} resumed {resumed:?} after server {a} was killed");
+    // The cluster's own observer may still be reconnecting its assignment stream.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !cluster.shard_map().shard(t).is_some_and(|shard| shard.leader.is_empty()) {
+        assert!(
+            Instant::now() < deadline,
+            "shard {t} has no quorum, so no leader: {:?}",
+            cluster.shard_map()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let refused = append(&store, log_t).await.expect_err("shard T has no leader");
+    assert!(matches!(refused, MetaError::Unavailable(_)), "not applied, so retryable: {refused:?}");
 }
