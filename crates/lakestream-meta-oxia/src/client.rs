@@ -2,7 +2,9 @@
 //!
 //! - **Shard map.** A background task keeps a `GetShardAssignments` stream open to one of the
 //!   bootstrap servers and replaces the map on every message (each is complete). When the
-//!   stream breaks it reconnects, trying the addresses in turn with a growing pause.
+//!   stream breaks it reconnects, trying the addresses in turn with a growing pause. A shard
+//!   announced without a leader (an election under way, or no quorum) is kept in the map:
+//!   its calls wait for the next assignment, and the other shards' moves are followed.
 //! - **Routing.** Each call names a shard; [`OxiaClient::shard_for`] picks it from a partition
 //!   key. Calls go to the shard's leader; a leader named in a "not leader" error is used until
 //!   the next assignment arrives.
@@ -166,9 +168,18 @@ impl OxiaClient {
         {
             return Ok(hint.clone());
         }
-        state.map.shard(shard).map(|s| s.leader.clone()).ok_or_else(|| {
-            OxiaError::new(OxiaErrorKind::ShardNotFound, format!("shard {shard} is not assigned"))
-        })
+        match state.map.shard(shard) {
+            // An election is under way (or has no quorum): wait for the assignment that names
+            // the new leader.
+            Some(s) if s.leader.is_empty() => Err(OxiaError::new(
+                OxiaErrorKind::NotLeader { leader_hint: None },
+                format!("shard {shard} has no leader at the moment"),
+            )),
+            Some(s) => Ok(s.leader.clone()),
+            None => {
+                Err(OxiaError::new(OxiaErrorKind::ShardNotFound, format!("shard {shard} is not assigned")))
+            }
+        }
     }
 
     fn rpc_for(&self, address: &str) -> Result<Rpc, OxiaError> {
@@ -523,6 +534,33 @@ mod tests {
 
         publish(&map_tx, ShardMap::standalone(2, "127.0.0.1:3").expect("valid"), 2);
         assert_eq!(client.leader_of(1).expect("routed"), "127.0.0.1:3");
+    }
+
+    /// A shard announced without a leader (an election) is refused as "not leader" with no
+    /// hint, so callers wait for the next assignment; the leader moves of the other shards in
+    /// the same assignment are followed at once.
+    #[tokio::test]
+    async fn a_shard_without_a_leader_waits_and_the_others_follow_their_new_leaders() {
+        let (client, map_tx) = client_with_map(ShardMap::standalone(2, "127.0.0.1:1").expect("valid"));
+        let during_election = ShardMap::new(vec![
+            crate::routing::Shard {
+                leader: String::new(),
+                ..ShardMap::standalone(2, "x:1").expect("valid").shards()[0].clone()
+            },
+            crate::routing::Shard {
+                leader: "127.0.0.1:2".into(),
+                ..ShardMap::standalone(2, "x:1").expect("valid").shards()[1].clone()
+            },
+        ])
+        .expect("a leaderless shard is a usable map");
+        publish(&map_tx, during_election, 2);
+        assert_eq!(client.leader_of(1).expect("routed"), "127.0.0.1:2", "the other shard's move is followed");
+        let error = client.leader_of(0).expect_err("no leader");
+        assert_eq!(error.retry_advice(), RetryAdvice::Reroute { leader_hint: None }, "{error}");
+        assert_eq!(error.to_meta_error(RequestPhase::NotSent).class(), ErrorClass::Retryable);
+
+        publish(&map_tx, ShardMap::standalone(2, "127.0.0.1:3").expect("valid"), 3);
+        assert_eq!(client.leader_of(0).expect("elected"), "127.0.0.1:3");
     }
 
     #[tokio::test]

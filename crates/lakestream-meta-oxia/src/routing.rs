@@ -41,7 +41,8 @@ impl HashRange {
 pub struct Shard {
     /// The shard id.
     pub id: ShardId,
-    /// `host:port` of the leader's public endpoint, dialled exactly as given.
+    /// `host:port` of the leader's public endpoint, dialled exactly as given; empty while the
+    /// shard has no leader (the coordinator announces an election under way so).
     pub leader: String,
     /// The hashes the shard owns.
     pub range: HashRange,
@@ -109,7 +110,8 @@ pub struct ShardMap {
 
 impl ShardMap {
     /// Builds a map from shards, checking that ranges are non-empty and disjoint, ids unique
-    /// and leaders `host:port`. Gaps are allowed (a hash in a gap has no shard for now).
+    /// and leaders `host:port` or empty (no leader for now). Gaps are allowed (a hash in a gap
+    /// has no shard for now).
     pub fn new(mut shards: Vec<Shard>) -> Result<Self, AssignmentError> {
         shards.sort_by_key(|shard| shard.range.min);
         let mut ids = BTreeMap::new();
@@ -124,8 +126,12 @@ impl ShardMap {
             if ids.insert(shard.id, ()).is_some() {
                 return Err(AssignmentError::DuplicateShard(shard.id));
             }
-            validate_host_port(&shard.leader)
-                .map_err(|problem| AssignmentError::BadLeader { shard: shard.id, problem })?;
+            // A shard without a leader must not make the whole map unusable: the client would
+            // then stop following every other shard's leader until this one has one again.
+            if !shard.leader.is_empty() {
+                validate_host_port(&shard.leader)
+                    .map_err(|problem| AssignmentError::BadLeader { shard: shard.id, problem })?;
+            }
         }
         for pair in shards.windows(2) {
             if let [lower, upper] = pair
@@ -371,6 +377,22 @@ mod tests {
         assert_eq!(map.shards().iter().map(|s| s.id).collect::<Vec<_>>(), vec![3, 7]);
         assert_eq!(map.shard_for_key("bar").map(|s| s.leader.as_str()), Some("b:2"));
         assert_eq!(map.shard(3).map(|s| s.leader.as_str()), Some("a:1"));
+    }
+
+    /// During an election the coordinator announces the shard with an empty leader, in the
+    /// same message as every other shard's current leader: the map keeps the others (and the
+    /// leaderless shard's range, so its keys still route to it).
+    #[test]
+    fn a_shard_without_a_leader_leaves_the_rest_of_the_map_usable() {
+        let msg = message(
+            "default",
+            ShardKeyRouter::Xxhash3,
+            vec![shard(0, 0, 2147483647, ""), shard(1, 2147483648, u32::MAX, "b:2")],
+        );
+        let map = ShardMap::from_assignments(&msg, "default").expect("usable");
+        assert_eq!(map.shard(0).map(|s| s.leader.as_str()), Some(""));
+        assert_eq!(map.shard_for_key("foo").map(|s| s.id), Some(0));
+        assert_eq!(map.shard_for_key("bar").map(|s| s.leader.as_str()), Some("b:2"));
     }
 
     #[test]

@@ -1,6 +1,7 @@
 //! Real Oxia servers for tests (feature `testkit`): the shared server that `scripts/test`
-//! starts, and throw-away `oxia standalone` processes for tests that need a fresh store, a
-//! server configured otherwise, or one to kill and restart.
+//! starts, throw-away `oxia standalone` processes for tests that need a fresh store, a
+//! server configured otherwise, or one to kill and restart, and [`OxiaCluster`], the shape
+//! production runs (a coordinator and replicating data servers) on loopback.
 //!
 //! Nothing here fakes Oxia: a test that needs a server and finds none fails with instructions
 //! (it never skips).
@@ -10,11 +11,13 @@
 //! | `LAKESTREAM_TEST_OXIA` | `host:port` of the shared `oxia standalone --shards 4` |
 //! | `LAKESTREAM_TEST_OXIA_BIN` | the Oxia binary, for [`StandaloneOxia`] |
 
-use std::path::PathBuf;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
 use std::time::Duration;
 
-use crate::{OxiaConfig, OxiaStore};
+use crate::{OxiaClient, OxiaConfig, OxiaStore, ShardId, ShardMap};
 
 const HOW_TO_RUN: &str = "run `scripts/test`, which builds and starts Oxia 0.17.1, or start \
      `oxia standalone --shards 4` yourself (e.g. `docker compose up oxia`)";
@@ -273,6 +276,409 @@ mod relay {
             if to.write_all(&buffer[..n]).await.is_err() {
                 return;
             }
+        }
+    }
+}
+
+/// A free loopback port below Linux's ephemeral range (32768–60999 by default) for a cluster
+/// process. A port handed out by the kernel (port 0) comes from that range, where every
+/// outgoing connection also takes its local port; between probing it and the Oxia process
+/// binding it, the test's own connections could take it, and an Oxia process that cannot
+/// bind one of its ports exits. Ports are never handed out twice by one test process.
+fn cluster_port() -> u16 {
+    use std::hash::{BuildHasher, Hasher};
+    static HANDED_OUT: std::sync::Mutex<Vec<u16>> = std::sync::Mutex::new(Vec::new());
+    let mut handed_out = HANDED_OUT.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    for _ in 0..1000 {
+        // Randomly seeded, so that concurrent test processes rarely probe the same ports.
+        let random = std::collections::hash_map::RandomState::new().build_hasher().finish();
+        let port = 20_000 + (random % 12_000) as u16;
+        if !handed_out.contains(&port) && std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            handed_out.push(port);
+            return port;
+        }
+    }
+    panic!("no free loopback port in 20000..32000");
+}
+
+/// How long a cluster process gets to open its port, and the cluster to elect every leader.
+const CLUSTER_START_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// One process of an [`OxiaCluster`]: its command line, the address that shows it is up, and
+/// its log file (stdout and stderr).
+#[derive(Debug)]
+struct ClusterProcess {
+    name: String,
+    args: Vec<String>,
+    listen: String,
+    log: PathBuf,
+    child: Option<Child>,
+}
+
+impl ClusterProcess {
+    /// Starts the process, appending to its log (a restart keeps the earlier lines).
+    fn spawn(&mut self) {
+        let binary = binary();
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.log)
+            .unwrap_or_else(|e| panic!("open {}: {e}", self.log.display()));
+        let child = Command::new(&binary)
+            .args(&self.args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::from(log.try_clone().expect("clone the log handle")))
+            .stderr(Stdio::from(log))
+            .spawn()
+            .unwrap_or_else(|e| panic!("start {} ({}): {e}", self.name, binary.display()));
+        self.child = Some(child);
+    }
+
+    /// Waits until the process accepts connections on its listen address; panics with its
+    /// log if it exits or does not listen in time.
+    async fn wait_listening(&mut self) {
+        let deadline = tokio::time::Instant::now() + CLUSTER_START_TIMEOUT;
+        while tokio::time::Instant::now() < deadline {
+            if tokio::net::TcpStream::connect(&self.listen).await.is_ok() {
+                return;
+            }
+            if let Some(child) = self.child.as_mut()
+                && let Ok(Some(status)) = child.try_wait()
+            {
+                panic!(
+                    "{} exited ({status}) before listening on {}; log:\n{}",
+                    self.name,
+                    self.listen,
+                    self.log()
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        panic!(
+            "{} did not listen on {} within {CLUSTER_START_TIMEOUT:?}; log:\n{}",
+            self.name,
+            self.listen,
+            self.log()
+        );
+    }
+
+    fn kill9(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+}
+
+/// A real Oxia cluster on loopback, the shape production runs: `oxia coordinator` and
+/// `servers` `oxia server` data servers, namespace `default` with a replication factor and an
+/// initial shard count, every port a free one on 127.0.0.1, every process with its own
+/// directories under one temporary directory (no fsync) and its log there. Every process is
+/// killed when the cluster is dropped; if that happens during a panic, or
+/// `LAKESTREAM_KEEP_OXIA_CLUSTER` is set, the directory is kept and its path printed, for the
+/// logs.
+///
+/// The coordinator keeps its metadata in files (`metadata/cluster.yaml`, the cluster
+/// configuration, and `metadata/cluster-status.json`, which it writes); its own settings are
+/// `coordinator.yaml`. A data server needs no configuration: the coordinator reaches it on its
+/// internal address and assigns it shards.
+///
+/// Leaders are seen through an observer [`OxiaClient`] that follows the shard assignments.
+#[derive(Debug)]
+pub struct OxiaCluster {
+    coordinator: ClusterProcess,
+    servers: Vec<ClusterProcess>,
+    /// The data servers' public addresses, by index.
+    public: Vec<String>,
+    observer: Option<OxiaClient>,
+    // Last: removed after the processes are killed.
+    dir: tempfile::TempDir,
+}
+
+impl OxiaCluster {
+    /// Starts three data servers, replication factor 3, four shards, and waits until every
+    /// shard has a leader.
+    pub async fn start() -> Self {
+        Self::start_with(3, 3, 4).await
+    }
+
+    /// Starts `servers` data servers and a coordinator for namespace `default` with
+    /// `replication_factor` and `shards` initial shards, and waits until every shard has a
+    /// leader.
+    pub async fn start_with(servers: usize, replication_factor: u32, shards: u32) -> Self {
+        assert!(servers >= 1 && (1..=servers).contains(&(replication_factor as usize)) && shards >= 1);
+        let dir = tempfile::tempdir().expect("a temporary directory for the Oxia cluster");
+        let loopback = || format!("127.0.0.1:{}", cluster_port());
+        let mut cluster_yaml = format!(
+            "namespaces:\n  - name: default\n    initialShardCount: {shards}\n    replicationFactor: {replication_factor}\nservers:\n"
+        );
+        let mut processes = Vec::with_capacity(servers);
+        let mut public = Vec::with_capacity(servers);
+        for index in 0..servers {
+            let (public_addr, internal_addr, metrics_addr) = (loopback(), loopback(), loopback());
+            cluster_yaml.push_str(&format!("  - public: {public_addr}\n    internal: {internal_addr}\n"));
+            let server_dir = dir.path().join(format!("server-{index}"));
+            let mut args: Vec<String> =
+                ["server", "--log-json", "-p", &public_addr, "-i", &internal_addr, "-m", &metrics_addr]
+                    .map(str::to_owned)
+                    .to_vec();
+            for (flag, sub) in [("--data-dir", "db"), ("--wal-dir", "wal")] {
+                args.push(flag.to_owned());
+                args.push(server_dir.join(sub).display().to_string());
+            }
+            args.push("--wal-sync-data=false".to_owned());
+            processes.push(ClusterProcess {
+                name: format!("oxia server {index}"),
+                args,
+                listen: public_addr.clone(),
+                log: dir.path().join(format!("server-{index}.log")),
+                child: None,
+            });
+            public.push(public_addr);
+        }
+        let metadata = dir.path().join("metadata");
+        std::fs::create_dir_all(&metadata).expect("create the coordinator's metadata directory");
+        std::fs::write(metadata.join("cluster.yaml"), cluster_yaml).expect("write cluster.yaml");
+        let (coordinator_public, coordinator_internal, coordinator_metrics) =
+            (loopback(), loopback(), loopback());
+        let coordinator_yaml = format!(
+            "server:\n  public:\n    bindAddress: {coordinator_public}\n  internal:\n    bindAddress: {coordinator_internal}\n\
+             metadata:\n  providerName: file\n  file:\n    dir: {}\n\
+             observability:\n  metric:\n    enabled: true\n    bindAddress: {coordinator_metrics}\n",
+            metadata.display()
+        );
+        let coordinator_conf = dir.path().join("coordinator.yaml");
+        std::fs::write(&coordinator_conf, coordinator_yaml).expect("write coordinator.yaml");
+        let coordinator = ClusterProcess {
+            name: "oxia coordinator".to_owned(),
+            args: vec![
+                "coordinator".to_owned(),
+                "--log-json".to_owned(),
+                "--sconfig".to_owned(),
+                coordinator_conf.display().to_string(),
+            ],
+            listen: coordinator_internal,
+            log: dir.path().join("coordinator.log"),
+            child: None,
+        };
+        let mut cluster = Self { coordinator, servers: processes, public, observer: None, dir };
+        // Data servers first: the coordinator elects leaders as soon as it reaches them.
+        for server in &mut cluster.servers {
+            server.spawn();
+        }
+        for server in &mut cluster.servers {
+            server.wait_listening().await;
+        }
+        cluster.coordinator.spawn();
+        cluster.coordinator.wait_listening().await;
+        cluster.observer = Some(cluster.connect_observer().await);
+        cluster.wait_for_leaders(CLUSTER_START_TIMEOUT).await;
+        for index in 0..servers {
+            cluster.wait_until_initialized(index, CLUSTER_START_TIMEOUT).await;
+        }
+        cluster
+    }
+
+    /// Waits until data server `index` answers `GetShardAssignments`, i.e. the coordinator
+    /// has pushed it the assignments. Until then it refuses clients, also as a shard's
+    /// leader ("not initialized"); the coordinator retries a push it could not make with a
+    /// back-off starting at 10 s, so a server (re)started before it was reachable can wait
+    /// that long. Returns how long it waited; panics with the logs after `timeout`.
+    pub async fn wait_until_initialized(&self, index: usize, timeout: Duration) -> Duration {
+        let started = tokio::time::Instant::now();
+        loop {
+            let config = OxiaConfig {
+                request_timeout: Duration::from_millis(500),
+                ..OxiaConfig::new([self.public[index].clone()])
+            };
+            if OxiaClient::connect(config).await.is_ok() {
+                return started.elapsed();
+            }
+            if started.elapsed() >= timeout {
+                panic!(
+                    "data server {index} ({}) was not initialized within {timeout:?}\n{}",
+                    self.public[index],
+                    self.logs_tail(40)
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// A client on every data server, retried until the servers hand out assignments (they
+    /// answer "not initialized" until the coordinator has reached them).
+    async fn connect_observer(&self) -> OxiaClient {
+        let deadline = tokio::time::Instant::now() + CLUSTER_START_TIMEOUT;
+        loop {
+            let config = OxiaConfig { request_timeout: Duration::from_secs(2), ..self.config() };
+            match OxiaClient::connect(config).await {
+                Ok(client) => return client,
+                Err(error) if tokio::time::Instant::now() >= deadline => {
+                    panic!("no shard assignments from the Oxia cluster: {error}\n{}", self.logs_tail(40))
+                }
+                Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
+            }
+        }
+    }
+
+    /// The data servers' public addresses, by server index.
+    pub fn addresses(&self) -> Vec<String> {
+        self.public.clone()
+    }
+
+    /// A running data server's public address, to bootstrap a client.
+    pub fn bootstrap_address(&self) -> String {
+        (0..self.servers.len())
+            .find(|&i| self.is_running(i))
+            .map(|i| self.public[i].clone())
+            .expect("a running data server")
+    }
+
+    /// Client settings for every data server (request timeout 10 s).
+    pub fn config(&self) -> OxiaConfig {
+        OxiaConfig { request_timeout: Duration::from_secs(10), ..OxiaConfig::new(self.addresses()) }
+    }
+
+    /// A store on the cluster, with [`OxiaCluster::config`].
+    pub async fn store(&self) -> OxiaStore {
+        OxiaStore::connect(self.config()).await.unwrap_or_else(|e| panic!("connect to the Oxia cluster: {e}"))
+    }
+
+    /// The index of the data server whose public address is `address`.
+    pub fn server_index(&self, address: &str) -> Option<usize> {
+        self.public.iter().position(|a| a == address)
+    }
+
+    /// Whether data server `index` runs (it was not killed, or was restarted).
+    pub fn is_running(&self, index: usize) -> bool {
+        self.servers[index].child.is_some()
+    }
+
+    /// The shard map the cluster currently announces, as the observer client last saw it.
+    pub fn shard_map(&self) -> Arc<ShardMap> {
+        self.observer.as_ref().and_then(OxiaClient::shard_map).expect("the observer has a shard map")
+    }
+
+    /// The index of the data server leading `shard`, as last announced (it may have died
+    /// since; see [`OxiaCluster::wait_for_leaders`]).
+    pub fn leader_of(&self, shard: ShardId) -> Option<usize> {
+        self.shard_map().shard(shard).and_then(|s| self.server_index(&s.leader))
+    }
+
+    /// Waits until every shard is announced with a leader that is a running data server, and
+    /// returns the leaders (shard → server index). Panics with the logs after `timeout`.
+    pub async fn wait_for_leaders(&self, timeout: Duration) -> BTreeMap<ShardId, usize> {
+        let deadline = tokio::time::Instant::now() + timeout;
+        loop {
+            let map = self.shard_map();
+            let leaders: BTreeMap<ShardId, Option<usize>> =
+                map.shards().iter().map(|s| (s.id, self.server_index(&s.leader))).collect();
+            if leaders.values().all(|leader| leader.is_some_and(|i| self.is_running(i))) {
+                return leaders.into_iter().filter_map(|(shard, leader)| Some((shard, leader?))).collect();
+            }
+            if tokio::time::Instant::now() >= deadline {
+                panic!(
+                    "not every shard has a running leader after {timeout:?}: {leaders:?}\n{}",
+                    self.logs_tail(40)
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// The ensemble (replica set) of every shard, as server indexes, from the status the
+    /// coordinator keeps in `metadata/cluster-status.json` (YAML, despite the name). Panics
+    /// with the file's text when it cannot be read so.
+    pub fn ensembles(&self) -> BTreeMap<ShardId, Vec<usize>> {
+        let path = self.dir.path().join("metadata").join("cluster-status.json");
+        let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("read {}: {e}", path.display()));
+        let mut ensembles: BTreeMap<ShardId, Vec<usize>> = BTreeMap::new();
+        let (mut shard, mut in_ensemble) = (None, false);
+        for line in text.lines() {
+            let indent = line.len() - line.trim_start().len();
+            let item = line.trim().trim_start_matches("- ");
+            // `namespaces.<ns>.shards.<id>:` at depth 3, the shard's fields at depth 4.
+            if indent == 12 && item.ends_with(':') {
+                shard = item.trim_end_matches(':').parse::<ShardId>().ok();
+                in_ensemble = false;
+            } else if indent == 16 {
+                in_ensemble = item == "ensemble:";
+            } else if in_ensemble && let (Some(shard), Some(address)) = (shard, item.strip_prefix("public:"))
+            {
+                let index = self.server_index(address.trim()).unwrap_or_else(|| {
+                    panic!(
+                        "{}: unknown server {address} in shard {shard}'s ensemble:\n{text}",
+                        path.display()
+                    )
+                });
+                ensembles.entry(shard).or_default().push(index);
+            }
+        }
+        let shards = self.shard_map().shards().len();
+        assert_eq!(ensembles.len(), shards, "{}: not every shard's ensemble found:\n{text}", path.display());
+        ensembles
+    }
+
+    /// Kills data server `index` with SIGKILL (no shutdown) and reaps it.
+    pub fn kill9_server(&mut self, index: usize) {
+        self.servers[index].kill9();
+    }
+
+    /// Starts data server `index` again on its ports and directories, and waits until it
+    /// listens. The coordinator brings it back into its shards' ensembles by itself.
+    pub async fn restart_server(&mut self, index: usize) {
+        self.servers[index].kill9();
+        self.servers[index].spawn();
+        self.servers[index].wait_listening().await;
+    }
+
+    /// The process id of data server `index`, while it runs.
+    pub fn server_pid(&self, index: usize) -> Option<u32> {
+        self.servers[index].child.as_ref().map(Child::id)
+    }
+
+    /// The cluster's temporary directory (configuration, data, logs).
+    pub fn dir(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// The command lines the cluster runs, one per process, for reports.
+    pub fn command_lines(&self) -> Vec<String> {
+        std::iter::once(&self.coordinator)
+            .chain(&self.servers)
+            .map(|p| format!("oxia {}", p.args.join(" ")))
+            .collect()
+    }
+
+    /// The last `lines` lines of every process's log, for failure messages.
+    pub fn logs_tail(&self, lines: usize) -> String {
+        std::iter::once(&self.coordinator)
+            .chain(&self.servers)
+            .map(|p| {
+                let log = p.log();
+                let tail: Vec<&str> = log.lines().rev().take(lines).collect();
+                let tail: Vec<&str> = tail.into_iter().rev().collect();
+                format!("--- {} ({}) ---\n{}\n", p.name, p.log.display(), tail.join("\n"))
+            })
+            .collect()
+    }
+}
+
+impl Drop for OxiaCluster {
+    fn drop(&mut self) {
+        // The observer first, so nothing reconnects to processes being killed.
+        self.observer = None;
+        self.coordinator.kill9();
+        for server in &mut self.servers {
+            server.kill9();
+        }
+        if std::thread::panicking() || std::env::var_os("LAKESTREAM_KEEP_OXIA_CLUSTER").is_some() {
+            self.dir.disable_cleanup(true);
+            eprintln!("the Oxia cluster's directory (logs, data) is kept at {}", self.dir.path().display());
         }
     }
 }
