@@ -444,6 +444,21 @@ impl Opener for ShardOpener {
             }
         })
     }
+
+    fn assignment_changed(&self) -> BoxFuture<'_, ()> {
+        let map = self.client().map(|client| client.inner.shard_map.clone());
+        Box::pin(async move {
+            match map {
+                Ok(mut map) => {
+                    map.borrow_and_update();
+                    if map.changed().await.is_err() {
+                        std::future::pending::<()>().await;
+                    }
+                }
+                Err(_) => std::future::pending::<()>().await,
+            }
+        })
+    }
 }
 
 /// Keeps the shard map current: follows a `GetShardAssignments` stream, reconnecting through

@@ -298,6 +298,12 @@ pub trait Opener: Send + Sync + 'static {
     /// Acts on a refusal's advice before the next [`Opener::open`]: follow the hint, or wait
     /// (briefly) for the next shard assignment.
     fn reroute(&self, leader_hint: Option<String>) -> BoxFuture<'_, ()>;
+
+    /// Resolves when the next shard assignment arrives (a new leader may be in it). Never
+    /// resolving is allowed: the writer then waits out its back-off.
+    fn assignment_changed(&self) -> BoxFuture<'_, ()> {
+        Box::pin(std::future::pending())
+    }
 }
 
 /// How a pipeline run ended.
@@ -456,7 +462,11 @@ pub async fn drive(
                 if let RetryAdvice::Reroute { leader_hint } = error.retry_advice() {
                     opener.reroute(leader_hint).await;
                 }
-                tokio::time::sleep(backoff).await;
+                // A new assignment (e.g. a dead leader replaced) ends the back-off early.
+                tokio::select! {
+                    () = tokio::time::sleep(backoff) => {}
+                    () = opener.assignment_changed() => {}
+                }
                 backoff = (backoff * 2).min(MAX_BACKOFF);
                 continue;
             }
