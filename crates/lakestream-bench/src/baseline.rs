@@ -223,11 +223,30 @@ pub async fn raw_sequenced_puts(
     load: Load,
     meter: &Arc<Meter>,
 ) -> Result<OpStats, BenchError> {
+    raw_sequenced_puts_over(meta, run, concurrency, concurrency, value_bytes, delta_bytes, load, meter).await
+}
+
+/// Raw sequenced puts as [`raw_sequenced_puts`], but over `sequences` key sequences from
+/// `concurrency` tasks (task `w` on sequence `w % sequences`): with more tasks than
+/// sequences, several puts of one sequence are in flight at once (pipelined, as a client
+/// may issue them). [`remove_sequences`] with `sequences` removes them.
+#[allow(clippy::too_many_arguments)] // the knobs of one measured phase, each named at the call
+pub async fn raw_sequenced_puts_over(
+    meta: Arc<dyn MetaStore>,
+    run: String,
+    sequences: usize,
+    concurrency: usize,
+    value_bytes: usize,
+    delta_bytes: u64,
+    load: Load,
+    meter: &Arc<Meter>,
+) -> Result<OpStats, BenchError> {
     let value = Bytes::from(vec![0x17; value_bytes]);
+    let sequences = sequences.max(1);
     closed_loop(concurrency, load, meter, move |worker, _| {
         let (meta, value, run) = (meta.clone(), value.clone(), run.clone());
         async move {
-            let (partition, prefix) = sequence_keys(&run, worker);
+            let (partition, prefix) = sequence_keys(&run, worker % sequences);
             let n = value.len() as u64;
             meta.sequenced_put(&partition, &prefix, &[1, delta_bytes.max(1)], value)
                 .await
@@ -236,6 +255,47 @@ pub async fn raw_sequenced_puts(
         }
     })
     .await
+}
+
+/// Raw plain (unconditional) puts of `value_bytes`-byte values to fresh keys from
+/// `concurrency` tasks, task `w` in the same partition as [`raw_sequenced_puts`]' task `w`:
+/// what a metadata write costs without the sequencing. [`remove_sequences`] removes them.
+pub async fn raw_plain_puts(
+    meta: Arc<dyn MetaStore>,
+    run: String,
+    concurrency: usize,
+    value_bytes: usize,
+    load: Load,
+    meter: &Arc<Meter>,
+) -> Result<OpStats, BenchError> {
+    let value = Bytes::from(vec![0x17; value_bytes]);
+    closed_loop(concurrency, load, meter, move |worker, seq| {
+        let (meta, value, run) = (meta.clone(), value.clone(), run.clone());
+        async move {
+            let (partition, prefix) = sequence_keys(&run, worker);
+            let n = value.len() as u64;
+            meta.put(&partition, &format!("{prefix}-{seq:020}"), value, lakestream_meta::PutCondition::None)
+                .await
+                .map_err(err("raw plain put"))?;
+            Ok(n)
+        }
+    })
+    .await
+}
+
+/// How many records [`raw_sequenced_puts`] (over `sequences`) or [`raw_plain_puts`] (from
+/// `sequences` tasks) left in the store: a check that every acknowledged put was stored.
+pub async fn count_sequences(meta: &dyn MetaStore, run: &str, sequences: usize) -> Result<u64, BenchError> {
+    let mut n = 0u64;
+    for worker in 0..sequences.max(1) {
+        let (partition, prefix) = sequence_keys(run, worker);
+        n += meta
+            .list(&partition, &format!("{prefix}-"), &format!("{prefix}."))
+            .await
+            .map_err(err("counting the baseline's records"))?
+            .len() as u64;
+    }
+    Ok(n)
 }
 
 /// Removes the records [`raw_sequenced_puts`] wrote (not timed).

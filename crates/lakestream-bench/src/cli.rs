@@ -21,16 +21,20 @@ pub enum Which {
     Compact,
     /// CloudEvents with deduplication vs plain produce.
     Events,
+    /// The metadata store's own sequenced puts (one in flight per log, pipelined) and plain
+    /// puts, raw: the baseline of the writer's index publishing.
+    Meta,
     /// Every scenario, one after another, on one stack.
     All,
 }
 
-/// `lakestream bench SCENARIO [--config FILE] [knobs] --out DIR`.
+/// `lakestream bench SCENARIO... [--config FILE] [knobs] --out DIR`.
 #[derive(Debug, Clone, clap::Args)]
 pub struct BenchArgs {
-    /// The scenario.
-    #[arg(value_enum)]
-    pub scenario: Which,
+    /// The scenarios, run one after another on one stack in the order given (`all`: every
+    /// one).
+    #[arg(value_enum, required = true, num_args = 1..)]
+    pub scenario: Vec<Which>,
     /// A service configuration file (TOML, as `serve` reads). Without it: the embedded
     /// metadata store and local files in a fresh directory under --out, removed afterwards.
     #[arg(long, short)]
@@ -111,6 +115,27 @@ pub fn main(args: BenchArgs) -> ExitCode {
     }
 }
 
+/// The scenarios `which` names, in order, each once (`all` expands to every scenario).
+fn scenarios(which: &[Which]) -> Vec<Scenario> {
+    let mut out: Vec<Scenario> = Vec::new();
+    for w in which {
+        let named: &[Scenario] = match w {
+            Which::Produce => &[Scenario::Produce],
+            Which::Consume => &[Scenario::Consume],
+            Which::Compact => &[Scenario::Compact],
+            Which::Events => &[Scenario::Events],
+            Which::Meta => &[Scenario::Meta],
+            Which::All => &Scenario::ALL,
+        };
+        for s in named {
+            if !out.contains(s) {
+                out.push(*s);
+            }
+        }
+    }
+    out
+}
+
 async fn run(args: &BenchArgs) -> Result<(), BenchError> {
     let run_id = format!("r{}", SystemClock.now_ms());
     let (config, scratch) = match &args.config {
@@ -124,13 +149,7 @@ async fn run(args: &BenchArgs) -> Result<(), BenchError> {
             (ServerConfig::dev(&dir, ([127, 0, 0, 1], 0).into()), Some(dir))
         }
     };
-    let scenarios: Vec<Scenario> = match args.scenario {
-        Which::Produce => vec![Scenario::Produce],
-        Which::Consume => vec![Scenario::Consume],
-        Which::Compact => vec![Scenario::Compact],
-        Which::Events => vec![Scenario::Events],
-        Which::All => Scenario::ALL.to_vec(),
-    };
+    let scenarios = scenarios(&args.scenario);
     let result = async {
         let ctx = BenchContext::open(config, args.knobs(), &run_id, !args.quiet).await?;
         let mut reports = Vec::new();
@@ -174,4 +193,26 @@ async fn run(args: &BenchArgs) -> Result<(), BenchError> {
         let _ = std::fs::remove_dir_all(dir);
     }
     result
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser as _;
+
+    use super::*;
+
+    #[derive(clap::Parser)]
+    struct Cli {
+        #[command(flatten)]
+        bench: BenchArgs,
+    }
+
+    #[test]
+    fn several_scenarios_run_in_the_order_given_each_once() {
+        let cli = Cli::try_parse_from(["bench", "meta", "produce", "consume", "meta", "--out", "x"]).unwrap();
+        assert_eq!(scenarios(&cli.bench.scenario), [Scenario::Meta, Scenario::Produce, Scenario::Consume]);
+        let cli = Cli::try_parse_from(["bench", "all", "--out", "x"]).unwrap();
+        assert_eq!(scenarios(&cli.bench.scenario), Scenario::ALL);
+        assert!(Cli::try_parse_from(["bench", "--out", "x"]).is_err());
+    }
 }

@@ -4,7 +4,8 @@
 //! Vocabulary:
 //! - a **scenario** (`produce`, `consume`, `compact`, `events`) drives one path of the
 //!   system, in process, over a [`Stack`](lakestream_server::Stack) opened from the same
-//!   [`ServerConfig`](lakestream_server::ServerConfig) the services use;
+//!   [`ServerConfig`](lakestream_server::ServerConfig) the services use; `meta` drives the
+//!   stack's metadata store alone, the baseline of the writer's publishing;
 //! - a **baseline** is the raw cost of what that path must do at least: `ObjectStore::put`
 //!   and `get` of the same object sizes at the same concurrency, `MetaStore::sequenced_put`s
 //!   at the writer's concurrency, a raw read-and-write copy of the same WAL bytes;
@@ -21,6 +22,7 @@ pub mod baseline;
 pub mod cli;
 mod events;
 pub mod hist;
+pub mod meta;
 pub mod meter;
 pub mod plot;
 pub mod report;

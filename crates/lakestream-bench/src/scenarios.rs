@@ -12,6 +12,7 @@
 //! - **compact**: writes a data set, compacts every log; baseline: a raw read-and-write copy
 //!   of the same WAL objects, one after another, as the compactor goes through a log.
 //! - **events**: CloudEvents ingestion with deduplication against plain produce.
+//! - **meta**: the metadata store's own sequenced puts and plain puts, raw ([`crate::meta`]).
 
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -20,7 +21,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use lakestream_compactor::{Compactor, CompactorConfig, CompactorDeps, Progress};
-use lakestream_format::{Clock, LogRef, SystemClock};
+use lakestream_format::{Clock, LogRef, SystemClock, keys};
 use lakestream_meta::lease::RandomTokens;
 use lakestream_objstore::ObjectMeta;
 use lakestream_reader::{Reader, ReaderConfig, ReaderDeps};
@@ -47,13 +48,15 @@ pub enum Scenario {
     Compact,
     /// CloudEvents ingestion with deduplication.
     Events,
+    /// The metadata store's own sequenced and plain puts, raw (the baseline of publishing).
+    Meta,
 }
 
 impl Scenario {
     /// Every scenario, in the order `all` runs them (produce first, so that its RSS is the
     /// least affected by earlier scenarios' allocations).
-    pub const ALL: [Scenario; 4] =
-        [Scenario::Produce, Scenario::Consume, Scenario::Compact, Scenario::Events];
+    pub const ALL: [Scenario; 5] =
+        [Scenario::Produce, Scenario::Consume, Scenario::Compact, Scenario::Events, Scenario::Meta];
 
     /// Its name.
     pub fn name(self) -> &'static str {
@@ -62,6 +65,7 @@ impl Scenario {
             Scenario::Consume => "consume",
             Scenario::Compact => "compact",
             Scenario::Events => "events",
+            Scenario::Meta => "meta",
         }
     }
 }
@@ -175,6 +179,15 @@ impl BenchContext {
         }
     }
 
+    /// One phase of the `meta` scenario: as long as a baseline (half the measured phase, at
+    /// least 2 s, never longer than the phase), or `--count` operations.
+    pub(crate) fn phase_load(&self) -> Load {
+        match self.load() {
+            Load::Ops(n) => Load::Ops(n),
+            Load::Time(_) => self.baseline_load(0),
+        }
+    }
+
     fn baseline_prefix(&self) -> String {
         format!("bench-baseline/{}", self.run_id)
     }
@@ -244,6 +257,7 @@ pub async fn run(ctx: &BenchContext, scenario: Scenario) -> Result<ScenarioRepor
         Scenario::Consume => consume(ctx).await,
         Scenario::Compact => compact(ctx).await,
         Scenario::Events => crate::events::run(ctx).await,
+        Scenario::Meta => crate::meta::run(ctx).await,
     }
 }
 
@@ -433,15 +447,34 @@ pub(crate) fn rss_target(report: &mut ScenarioReport, peak: Option<u64>, extra: 
     }
 }
 
+/// How many index records `logs` have: one per sequenced put the writer made (nothing
+/// compacts or trims the bench streams while `produce` runs).
+async fn index_records(ctx: &BenchContext, logs: &[LogRef]) -> Result<u64, BenchError> {
+    let mut n = 0u64;
+    for log in logs {
+        let (l, partition) = (log.log_id, keys::partition(log.log_id));
+        let listed = ctx
+            .stack
+            .meta
+            .list(&partition, &keys::first_key(l), &keys::last_key(l))
+            .await
+            .map_err(err(format!("listing the index of log {l}")))?;
+        n += listed.len() as u64;
+    }
+    Ok(n)
+}
+
 async fn produce(ctx: &BenchContext) -> Result<ScenarioReport, BenchError> {
     let logs = ctx.create_stream(Scenario::Produce).await?;
     let ends = warm_up(ctx.writer()?, &logs).await?;
     let before = wal_paths(ctx).await?;
+    let index_before = index_records(ctx, &logs).await?;
     let meter = Meter::new();
     let sampler = ctx.sampler(&meter, "produce", ctx.goal());
     let appended = append_load(ctx, &logs, &meter, ends, ctx.load()).await;
     let sampled = sampler.stop().await;
     let appended = appended?;
+    let published = index_records(ctx, &logs).await?.saturating_sub(index_before);
     let written = new_wal_objects(ctx, &before).await?;
     let wal_bytes: u64 = written.iter().map(|m| m.size).sum();
     let mean_object = (wal_bytes / (written.len() as u64).max(1)).max(1);
@@ -478,6 +511,7 @@ async fn produce(ctx: &BenchContext) -> Result<ScenarioReport, BenchError> {
     baseline::remove_sequences(&*ctx.stack.meta, &format!("{}-produce", ctx.run_id), logs.len()).await?;
 
     let s = &appended.stats;
+    let published_s = per_second(published as f64, s.elapsed);
     let mut r = ctx.report(Scenario::Produce);
     r.figures = vec![
         figure("acknowledged", s.mb_s(), "MB/s"),
@@ -493,6 +527,8 @@ async fn produce(ctx: &BenchContext) -> Result<ScenarioReport, BenchError> {
         figure("raw PUT", put.mb_s(), "MB/s"),
         figure("raw PUTs", put.ops_s(), "PUT/s"),
         figure("raw sequenced puts", seq.ops_s(), "puts/s"),
+        figure("writer's sequenced puts (index records)", published as f64, ""),
+        figure("writer's sequenced puts", published_s, "puts/s"),
     ];
     if let Some(cpu) = appended.cpu_s {
         r.figures.push(figure("CPU busy during the load", cpu / s.elapsed.as_secs_f64().max(1e-9), "cores"));
@@ -502,12 +538,20 @@ async fn produce(ctx: &BenchContext) -> Result<ScenarioReport, BenchError> {
         Latency::of(&format!("raw PUT of {} KiB", mean_object / 1024), &put.latency),
         Latency::of("raw sequenced put", &seq.latency),
     ];
-    r.ratios = vec![Ratio::new(
-        "acknowledged vs raw PUT (same object size and concurrency)",
-        s.mb_s(),
-        put.mb_s(),
-        "MB/s",
-    )];
+    r.ratios = vec![
+        Ratio::new(
+            "acknowledged vs raw PUT (same object size and concurrency)",
+            s.mb_s(),
+            put.mb_s(),
+            "MB/s",
+        ),
+        Ratio::new(
+            "writer's sequenced puts vs raw sequenced puts (one sequence per log)",
+            published_s,
+            seq.ops_s(),
+            "puts/s",
+        ),
+    ];
     r.samples = sampled.samples;
     r.targets.push(Target::at_least(
         "acknowledged MB/s ≥ 0.8 × raw PUT MB/s",
@@ -890,6 +934,10 @@ pub(crate) mod tests {
         let r = run(&ctx, Scenario::Produce).await.unwrap();
         assert_eq!(figure_of(&r, "entries"), 200.0);
         assert!(figure_of(&r, "WAL objects written") >= 1.0);
+        // At least one index record (sequenced put) per WAL object, none counted twice.
+        let published = figure_of(&r, "writer's sequenced puts (index records)");
+        assert!(published >= figure_of(&r, "WAL objects written") && published <= 200.0, "{published}");
+        assert!(r.ratios[1].ratio.is_some());
         assert_eq!(r.latencies[0].summary.count, 200);
         assert!(r.latencies[1].summary.count >= 4 && r.latencies[2].summary.count >= 4);
         assert!(r.ratios[0].ratio.is_some());

@@ -8,8 +8,8 @@
 //!   a compacted file's footer.
 //! - `lakestream stream create|list|drop`, `produce`, `consume` — clients of a running
 //!   service's HTTP API (`--url`, default `http://127.0.0.1:8080`).
-//! - `lakestream bench produce|consume|compact|events|all --out DIR` — end-to-end benchmarks
-//!   with same-run baselines (see `lakestream-bench`).
+//! - `lakestream bench produce|consume|compact|events|meta|all... --out DIR` — end-to-end
+//!   benchmarks with same-run baselines (see `lakestream-bench`).
 
 mod client;
 mod inspect;
