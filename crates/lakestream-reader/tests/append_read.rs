@@ -641,10 +641,37 @@ async fn append_many_keeps_the_order_of_a_request() {
     let got = read_all(&reader(&s), &log_ref(21), 0).await;
     let payloads: Vec<_> = got.iter().map(|e| e.payload.clone()).collect();
     assert_eq!(payloads, entries.iter().map(|(p, _)| p.clone()).collect::<Vec<_>>());
-    // A bad entry fails alone, in its place.
+    // The request committed as one unit: one index record for its 50 entries.
+    let records = s.meta.list("21", &keys::first_key(LogId(21)), &keys::last_key(LogId(21))).await.unwrap();
+    assert_eq!(records.len(), 1, "one sequenced put for the whole request: {records:?}");
+    // A bad entry fails the whole request, and nothing of it is written.
     let mixed =
         w.append_many(LogId(21), vec![(Bytes::from_static(b"ok"), 1), (Bytes::from_static(b"bad"), 0)]).await;
-    assert!(mixed[0].is_ok() && matches!(mixed[1], Err(AppendError::InvalidInput(_))));
+    assert!(mixed.iter().all(|r| matches!(r, Err(AppendError::InvalidInput(_)))), "{mixed:?}");
+    assert_eq!(read_all(&reader(&s), &log_ref(21), 0).await.len(), 50, "nothing of the bad request written");
+    w.close().await;
+}
+
+/// A request's entries commit all or none: when the object holding them cannot be written,
+/// every entry of the request fails, none is readable, and the next request continues at the
+/// same offset.
+#[tokio::test]
+async fn append_many_commits_all_or_none() {
+    let s = stack();
+    let put_faults = OperationFaults { error_probability: 1.0, ..OperationFaults::default() };
+    let failing: Arc<dyn ObjectStore> =
+        Arc::new(FaultyStore::new(s.wal.clone(), FaultConfig::new(3).with(Operation::Put, put_faults)));
+    let w = writer(s.meta.clone(), failing, 24);
+    let entries: Vec<(Bytes, u32)> = (0..5u32).map(|i| (Bytes::from(format!("lost{i}")), 1)).collect();
+    let failed = w.append_many(LogId(25), entries).await;
+    assert!(failed.iter().all(|r| matches!(r, Err(AppendError::ObjectWriteFailed(_)))), "{failed:?}");
+    w.close().await;
+    assert!(read_all(&reader(&s), &log_ref(25), 0).await.is_empty());
+    let w = writer(s.meta.clone(), s.wal.clone(), 26);
+    let entries: Vec<(Bytes, u32)> = (0..5u32).map(|i| (Bytes::from(format!("kept{i}")), 2)).collect();
+    let acked = w.append_many(LogId(25), entries).await;
+    let offsets: Vec<u64> = acked.iter().map(|r| r.as_ref().unwrap().offset).collect();
+    assert_eq!(offsets, [0, 2, 4, 6, 8], "contiguous offsets from where the log stood");
     w.close().await;
 }
 

@@ -84,6 +84,8 @@ struct PendingEntry {
 #[derive(Debug)]
 enum BatcherMsg {
     Entry(PendingEntry),
+    /// Entries of one log that must share an object (and so one index put).
+    Group(Vec<PendingEntry>),
     Flush(oneshot::Sender<()>),
     Close,
 }
@@ -208,26 +210,87 @@ impl Writer {
         ack.await.unwrap_or(Err(AppendError::Closed))
     }
 
-    /// Appends several entries to `log_id` in the given order: they are handed to the batcher
-    /// one after another from this task, so they take increasing offsets in that order (as a
-    /// producer's request expects). Each entry gets its own result, in order.
+    /// Appends several entries to `log_id` as one unit: they go into the same WAL object, in
+    /// one log section, so they are published by one sequenced put and commit all or none, at
+    /// contiguous offsets in the given order (as a producer's request expects). Each entry
+    /// gets its own result, in order; all succeed or all fail alike.
     pub async fn append_many(
         &self,
         log_id: LogId,
         entries: impl IntoIterator<Item = (Bytes, u32)>,
     ) -> Vec<Result<AppendAck, AppendError>> {
-        let mut pending = Vec::new();
+        let entries: Vec<(Bytes, u32)> = entries.into_iter().collect();
+        let count = entries.len();
+        match self.enqueue_group(log_id, entries).await {
+            Ok(receivers) => {
+                let mut results = Vec::with_capacity(count);
+                for rx in receivers {
+                    results.push(rx.await.unwrap_or(Err(AppendError::Closed)));
+                }
+                results
+            }
+            Err(e) => (0..count).map(|_| Err(e.clone())).collect(),
+        }
+    }
+
+    /// Validates a group of entries for one log, takes the in-flight bound for all of them at
+    /// once and the log's lease (A1), and hands them to the batcher as one unit.
+    async fn enqueue_group(
+        &self,
+        log_id: LogId,
+        entries: Vec<(Bytes, u32)>,
+    ) -> Result<Vec<oneshot::Receiver<Result<AppendAck, AppendError>>>, AppendError> {
+        let inner = &self.inner;
+        if inner.closed.load(Ordering::Acquire) {
+            return Err(AppendError::Closed);
+        }
+        for (payload, record_count) in &entries {
+            validate_entry(&inner.config, log_id, payload, *record_count)?;
+        }
+        let total: usize = entries.iter().map(|(p, _)| p.len().max(1)).sum();
+        if total > inner.config.max_in_flight_bytes {
+            return Err(AppendError::InvalidInput(format!(
+                "a request of {total} bytes for one log exceeds max_in_flight_bytes ({}): it must \
+                 commit as one unit",
+                inner.config.max_in_flight_bytes
+            )));
+        }
+        let permit = self.admit(total).await?;
+        let lease = inner.leases.ensure(log_id).await?; // A1
+        let mut group = Vec::with_capacity(entries.len());
+        let mut receivers = Vec::with_capacity(entries.len());
+        let mut permit = permit;
         for (payload, record_count) in entries {
-            pending.push(self.enqueue(log_id, payload, record_count).await);
+            let (reply, rx) = oneshot::channel();
+            // One permit for the whole group, held by its first entry: every entry of the
+            // group is answered at once.
+            let entry = PendingEntry {
+                log_id,
+                payload,
+                record_count,
+                lease: lease.clone(),
+                reply,
+                _permit: permit.take(),
+            };
+            group.push(entry);
+            receivers.push(rx);
         }
-        let mut results = Vec::with_capacity(pending.len());
-        for p in pending {
-            results.push(match p {
-                Ok(ack) => ack.await.unwrap_or(Err(AppendError::Closed)),
-                Err(e) => Err(e),
-            });
-        }
-        results
+        inner.batcher.send(BatcherMsg::Group(group)).map_err(|_| AppendError::Closed)?;
+        Ok(receivers)
+    }
+
+    /// Takes `bytes` of the in-flight bound, waiting or failing as configured.
+    async fn admit(&self, bytes: usize) -> Result<Option<OwnedSemaphorePermit>, AppendError> {
+        let inner = &self.inner;
+        let weight = u32::try_from(bytes.max(1)).unwrap_or(u32::MAX);
+        Ok(match inner.config.backpressure {
+            Backpressure::Wait => inner.in_flight.clone().acquire_many_owned(weight).await.ok(),
+            Backpressure::FailFast => match inner.in_flight.clone().try_acquire_many_owned(weight) {
+                Ok(p) => Some(p),
+                Err(tokio::sync::TryAcquireError::NoPermits) => return Err(AppendError::Backpressure),
+                Err(tokio::sync::TryAcquireError::Closed) => return Err(AppendError::Closed),
+            },
+        })
     }
 
     /// Validates an entry, takes its share of the in-flight bound and the log's lease (A1),
@@ -242,32 +305,9 @@ impl Writer {
         if inner.closed.load(Ordering::Acquire) {
             return Err(AppendError::Closed);
         }
-        if record_count == 0 {
-            return Err(AppendError::InvalidInput("an entry must hold at least one record".into()));
-        }
-        if record_count > i32::MAX as u32 {
-            return Err(AppendError::InvalidInput(format!("record count {record_count} exceeds 2^31-1")));
-        }
-        if payload.len() > inner.config.max_entry_bytes {
-            return Err(AppendError::InvalidInput(format!(
-                "entry of {} bytes exceeds max_entry_bytes ({})",
-                payload.len(),
-                inner.config.max_entry_bytes
-            )));
-        }
-        if log_id > LogId::MAX {
-            return Err(AppendError::InvalidInput(format!("log id {log_id} exceeds 2^63-1")));
-        }
+        validate_entry(&inner.config, log_id, &payload, record_count)?;
         // Bound memory: hold one permit per payload byte until the entry is acknowledged.
-        let weight = u32::try_from(payload.len().max(1)).unwrap_or(u32::MAX);
-        let permit = match inner.config.backpressure {
-            Backpressure::Wait => inner.in_flight.clone().acquire_many_owned(weight).await.ok(),
-            Backpressure::FailFast => match inner.in_flight.clone().try_acquire_many_owned(weight) {
-                Ok(p) => Some(p),
-                Err(tokio::sync::TryAcquireError::NoPermits) => return Err(AppendError::Backpressure),
-                Err(tokio::sync::TryAcquireError::Closed) => return Err(AppendError::Closed),
-            },
-        };
+        let permit = self.admit(payload.len()).await?;
         let lease = inner.leases.ensure(log_id).await?; // A1
         let (reply, rx) = oneshot::channel();
         let entry = PendingEntry { log_id, payload, record_count, lease, reply, _permit: permit };
@@ -296,6 +336,32 @@ impl Writer {
         let _ = pipeline.await;
         self.inner.leases.release_all().await;
     }
+}
+
+/// The checks every entry passes before it is accepted.
+fn validate_entry(
+    config: &WriterConfig,
+    log_id: LogId,
+    payload: &Bytes,
+    record_count: u32,
+) -> Result<(), AppendError> {
+    if record_count == 0 {
+        return Err(AppendError::InvalidInput("an entry must hold at least one record".into()));
+    }
+    if record_count > i32::MAX as u32 {
+        return Err(AppendError::InvalidInput(format!("record count {record_count} exceeds 2^31-1")));
+    }
+    if payload.len() > config.max_entry_bytes {
+        return Err(AppendError::InvalidInput(format!(
+            "entry of {} bytes exceeds max_entry_bytes ({})",
+            payload.len(),
+            config.max_entry_bytes
+        )));
+    }
+    if log_id > LogId::MAX {
+        return Err(AppendError::InvalidInput(format!("log id {log_id} exceeds 2^63-1")));
+    }
+    Ok(())
 }
 
 #[derive(Debug)]
@@ -345,26 +411,44 @@ async fn run_batcher(
                 let _ = done.send(());
             }
             Some(BatcherMsg::Entry(entry)) => {
-                let new_log = !batch.logs.contains(&entry.log_id);
-                let too_many_logs = new_log && batch.logs.len() >= config.max_logs_per_object;
-                let too_big =
-                    !batch.entries.is_empty() && batch.bytes + entry.payload.len() > config.flush_bytes;
-                if too_many_logs || too_big {
-                    flush(&mut batch, &mut seq, &uploads, &publisher, &ctx).await;
-                }
-                if batch.logs.insert(entry.log_id) {
-                    batch.log_order.push(entry.log_id);
-                }
-                batch.bytes += entry.payload.len();
-                batch.entries.push(entry);
-                if batch.deadline.is_none() {
-                    batch.deadline = Some(Instant::now() + config.flush_window);
-                }
-                if batch.bytes >= config.flush_bytes {
-                    flush(&mut batch, &mut seq, &uploads, &publisher, &ctx).await;
-                }
+                accept(vec![entry], &config, &mut batch, &mut seq, &uploads, &publisher, &ctx).await;
+            }
+            Some(BatcherMsg::Group(group)) => {
+                accept(group, &config, &mut batch, &mut seq, &uploads, &publisher, &ctx).await;
             }
         }
+    }
+}
+
+/// Adds entries of one log to the open batch, all into the same object: the batch is flushed
+/// first if they would not fit (a group larger than `flush_bytes` gets an object of its own).
+async fn accept(
+    entries: Vec<PendingEntry>,
+    config: &WriterConfig,
+    batch: &mut Batch,
+    seq: &mut u64,
+    uploads: &Arc<Semaphore>,
+    publisher: &mpsc::UnboundedSender<PublisherMsg>,
+    ctx: &Arc<UploadCtx>,
+) {
+    let Some(log_id) = entries.first().map(|e| e.log_id) else { return };
+    let bytes: usize = entries.iter().map(|e| e.payload.len()).sum();
+    let new_log = !batch.logs.contains(&log_id);
+    let too_many_logs = new_log && batch.logs.len() >= config.max_logs_per_object;
+    let too_big = !batch.entries.is_empty() && batch.bytes + bytes > config.flush_bytes;
+    if too_many_logs || too_big {
+        flush(batch, seq, uploads, publisher, ctx).await;
+    }
+    if batch.logs.insert(log_id) {
+        batch.log_order.push(log_id);
+    }
+    batch.bytes += bytes;
+    batch.entries.extend(entries);
+    if batch.deadline.is_none() {
+        batch.deadline = Some(Instant::now() + config.flush_window);
+    }
+    if batch.bytes >= config.flush_bytes {
+        flush(batch, seq, uploads, publisher, ctx).await;
     }
 }
 
