@@ -78,6 +78,7 @@ impl Stack {
     /// Opens every component named by `config`.
     pub async fn open(config: &ServerConfig) -> Result<Stack, StartError> {
         config.validate()?;
+        check_one_format_version(config)?;
         let auth = crate::auth::Authenticator::from_config(&config.auth, |v| std::env::var(v).ok())
             .map_err(|message| crate::config::ConfigError::Invalid { key: "auth.tokens".into(), message })?;
         let clock: Arc<dyn Clock> = Arc::new(SystemClock);
@@ -189,6 +190,32 @@ impl Stack {
     }
 }
 
+/// Spec "Format Versioning": all WAL objects and index records of a deployment use one
+/// format version. The writer and the compactor write version 3, so a reader set to read
+/// version 1 or 2 (`reader.format_version`) may not serve beside them: that is a legacy read
+/// mode, which a process states explicitly by serving neither the writer nor the compactor.
+fn check_one_format_version(config: &ServerConfig) -> Result<(), crate::config::ConfigError> {
+    let version = config.reader.format_version;
+    let writes_v3: Vec<&str> =
+        [("roles.writer", config.roles.writer), ("roles.compactor", config.roles.compactor)]
+            .into_iter()
+            .filter_map(|(role, on)| on.then_some(role))
+            .collect();
+    if !config.roles.reader || version == 3 || writes_v3.is_empty() {
+        return Ok(());
+    }
+    Err(crate::config::ConfigError::Invalid {
+        key: "reader.format_version".into(),
+        message: format!(
+            "is {version} (reads a legacy v{version} deployment), but this process also serves {}, which \
+             writes format version 3, and all roles of a deployment use one format version. Set \
+             reader.format_version = 3, or read the legacy deployment from a process that serves \
+             neither the writer nor the compactor (roles.writer = false, roles.compactor = false)",
+            writes_v3.join(" and ")
+        ),
+    })
+}
+
 async fn open_meta(config: &MetadataConfig, clock: Arc<dyn Clock>) -> Result<Arc<dyn MetaStore>, StartError> {
     Ok(match config {
         MetadataConfig::Memory => {
@@ -243,4 +270,31 @@ fn open_objects(root: &'static str, config: &ObjectStoreConfig) -> Result<Arc<dy
         }
         ObjectStoreConfig::S3(s3) => Arc::new(S3Store::new((**s3).clone()).map_err(|e| err(e.to_string()))?),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_legacy_reader_beside_a_v3_writer_or_compactor_is_refused() {
+        // [All] All WAL objects and index records of a deployment MUST use one format version.
+        let mut config = ServerConfig::default();
+        config.reader.format_version = 2;
+        let err = check_one_format_version(&config).unwrap_err().to_string();
+        assert!(err.contains("reader.format_version"), "{err}");
+        assert!(err.contains("roles.writer and roles.compactor"), "{err}");
+        config.roles.writer = false;
+        let err = check_one_format_version(&config).unwrap_err().to_string();
+        assert!(err.contains("also serves roles.compactor,"), "{err}");
+        // The explicit legacy read mode: a process that serves no role writing version 3.
+        config.roles.compactor = false;
+        check_one_format_version(&config).unwrap();
+        // Version 3 everywhere, and a legacy setting in a process that does not read, pass.
+        let mut config = ServerConfig::default();
+        check_one_format_version(&config).unwrap();
+        config.reader.format_version = 1;
+        config.roles.reader = false;
+        check_one_format_version(&config).unwrap();
+    }
 }
