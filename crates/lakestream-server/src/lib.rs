@@ -11,6 +11,7 @@ pub mod api;
 pub mod auth;
 mod compaction;
 pub mod config;
+pub mod deployment;
 pub mod events;
 pub mod grpc;
 pub mod http;

@@ -69,6 +69,9 @@ pub enum StartError {
     /// The catalog could not be set up.
     #[error("catalog: {0}")]
     Catalog(#[from] CatalogError),
+    /// The configured storage roots are not the deployment's.
+    #[error("storage roots: {0}")]
+    Roots(#[from] crate::deployment::RootsError),
 }
 
 /// The namespace every deployment has, created at start if missing.
@@ -79,10 +82,14 @@ impl Stack {
     pub async fn open(config: &ServerConfig) -> Result<Stack, StartError> {
         config.validate()?;
         check_one_format_version(config)?;
+        let roots = crate::deployment::StorageRoots::of(&config.storage)
+            .map_err(|(key, message)| crate::config::ConfigError::Invalid { key: key.into(), message })?;
         let auth = crate::auth::Authenticator::from_config(&config.auth, |v| std::env::var(v).ok())
             .map_err(|message| crate::config::ConfigError::Invalid { key: "auth.tokens".into(), message })?;
         let clock: Arc<dyn Clock> = Arc::new(SystemClock);
         let meta = open_meta(&config.metadata, clock.clone()).await?;
+        // Before any role can write: a service with another deployment's roots stops here.
+        crate::deployment::record_or_check(meta.as_ref(), &config.catalog.partition, &roots).await?;
         let wal = open_objects("storage.wal", &config.storage.wal)?;
         let compacted = open_objects("storage.compacted", &config.storage.compacted)?;
         let catalog = Catalog::new(meta.clone(), config.catalog.clone())?;
@@ -274,6 +281,8 @@ fn open_objects(root: &'static str, config: &ObjectStoreConfig) -> Result<Arc<dy
 
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+
     use super::*;
 
     #[test]
@@ -296,5 +305,27 @@ mod tests {
         config.reader.format_version = 1;
         config.roles.reader = false;
         check_one_format_version(&config).unwrap();
+    }
+
+    #[tokio::test]
+    async fn a_service_started_with_other_storage_roots_refuses_to_start() {
+        // [All] All implementations in a deployment MUST use the same WAL root and the same
+        // compacted root: the first start records them, a later one with others stops.
+        let dir = tempfile::tempdir().unwrap();
+        let mut config = ServerConfig::dev(dir.path(), "127.0.0.1:0".parse().unwrap());
+        config.writer.flush_window = Duration::from_millis(2);
+        {
+            let stack = Stack::open(&config).await.unwrap();
+            stack.close().await;
+        }
+        let same = Stack::open(&config).await.unwrap();
+        same.close().await;
+        drop(same);
+        if let ObjectStoreConfig::Local { root, .. } = &mut config.storage.compacted {
+            *root = "compacted-elsewhere".into();
+        }
+        let err = Stack::open(&config).await.unwrap_err().to_string();
+        assert!(err.contains("storage.compacted"), "{err}");
+        assert!(err.contains("compacted-elsewhere") && err.contains("/compacted"), "{err}");
     }
 }

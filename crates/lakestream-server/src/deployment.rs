@@ -1,0 +1,197 @@
+//! The deployment record: the WAL root and the compacted root of a deployment, recorded once in
+//! the metadata store by the first service that starts, and checked by every later one.
+//!
+//! Spec ("Object storage, roots and naming"): all implementations in a deployment MUST use the
+//! same WAL root and the same compacted root. A service configured with other roots would
+//! write objects that the index names but the other services cannot find, and its reclamation
+//! would see the other roots' objects as orphans (or the reverse), so it refuses to start.
+//!
+//! A root is identified by its backend, its bucket and its key prefix — for a local root, the
+//! absolute base directory too. An S3 endpoint is not part of it: services can reach one
+//! bucket through different addresses (inside and outside a container network).
+
+use bytes::Bytes;
+use lakestream_meta::{MetaError, MetaStore, PutCondition};
+use lakestream_objstore::ObjectRoot;
+use serde::{Deserialize, Serialize};
+
+use crate::config::{ObjectStoreConfig, StorageConfig};
+
+/// The key of the record, in the catalog's partition (every service of a deployment uses it).
+pub const STORAGE_ROOTS_KEY: &str = "/lakestream-deployment/storage-roots";
+
+/// The roots a service is configured with, as recorded.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StorageRoots {
+    /// The WAL root, e.g. `s3://lakestream/wal` or `local:/srv/lakestream/objects/wal`.
+    pub wal: String,
+    /// The compacted root.
+    pub compacted: String,
+}
+
+impl StorageRoots {
+    /// The roots named by `storage`; the error names the setting that cannot be resolved.
+    pub fn of(storage: &StorageConfig) -> Result<StorageRoots, (&'static str, String)> {
+        Ok(StorageRoots {
+            wal: describe("storage.wal", &storage.wal)?,
+            compacted: describe("storage.compacted", &storage.compacted)?,
+        })
+    }
+}
+
+fn describe(key: &'static str, config: &ObjectStoreConfig) -> Result<String, (&'static str, String)> {
+    match config {
+        ObjectStoreConfig::Local { dir, root } => {
+            let root = ObjectRoot::parse(root).map_err(|e| (key, e.to_string()))?;
+            let dir = std::path::absolute(dir).map_err(|e| (key, format!("{}: {e}", dir.display())))?;
+            Ok(format!("local:{}/{root}", dir.display()))
+        }
+        ObjectStoreConfig::S3(s3) => {
+            let prefix = s3.prefix.as_deref().map(|p| p.trim_matches('/')).filter(|p| !p.is_empty());
+            Ok(match prefix {
+                Some(prefix) => format!("s3://{}/{prefix}", s3.bucket),
+                None => format!("s3://{}", s3.bucket),
+            })
+        }
+    }
+}
+
+/// Why the roots could not be recorded or do not match.
+#[derive(Debug, thiserror::Error)]
+pub enum RootsError {
+    /// The configured roots differ from the recorded ones.
+    #[error(
+        "{key} is {configured}, but this deployment's metadata store records its {what} as \
+         {recorded} (key {STORAGE_ROOTS_KEY}, written by the first service that started); every \
+         service of a deployment must use the same WAL root and compacted root. Fix {key}, or \
+         point `metadata` at the deployment that owns this root"
+    )]
+    Mismatch {
+        /// The setting, `storage.wal` or `storage.compacted`.
+        key: &'static str,
+        /// "WAL root" or "compacted root".
+        what: &'static str,
+        /// The recorded root.
+        recorded: String,
+        /// The configured root.
+        configured: String,
+    },
+    /// The record exists but cannot be read.
+    #[error("the deployment record {STORAGE_ROOTS_KEY} is not readable: {0}")]
+    Corrupt(String),
+    /// The metadata store failed.
+    #[error("recording the storage roots in the metadata store: {0}")]
+    Meta(#[from] MetaError),
+}
+
+/// Records `roots` if the deployment has no record yet (CreateIfAbsent, so of services that
+/// start together exactly one records), else checks that they equal the recorded ones.
+pub async fn record_or_check(
+    meta: &dyn MetaStore,
+    partition: &str,
+    roots: &StorageRoots,
+) -> Result<(), RootsError> {
+    loop {
+        let Some(record) = meta.get(partition, STORAGE_ROOTS_KEY).await? else {
+            let value =
+                Bytes::from(serde_json::to_vec(roots).map_err(|e| RootsError::Corrupt(e.to_string()))?);
+            match meta.put(partition, STORAGE_ROOTS_KEY, value, PutCondition::IfAbsent).await {
+                Ok(_) => {
+                    tracing::info!(wal = %roots.wal, compacted = %roots.compacted, "recorded the deployment's storage roots");
+                    return Ok(());
+                }
+                // Another service recorded first (or our put's outcome was unknown): check.
+                Err(MetaError::KeyExists { .. }) => continue,
+                Err(e) if e.class() == lakestream_format::ErrorClass::OutcomeUnknown => continue,
+                Err(e) => return Err(e.into()),
+            }
+        };
+        let recorded: StorageRoots =
+            serde_json::from_slice(&record.value).map_err(|e| RootsError::Corrupt(e.to_string()))?;
+        for (key, what, recorded, configured) in [
+            ("storage.wal", "WAL root", &recorded.wal, &roots.wal),
+            ("storage.compacted", "compacted root", &recorded.compacted, &roots.compacted),
+        ] {
+            if recorded != configured {
+                return Err(RootsError::Mismatch {
+                    key,
+                    what,
+                    recorded: recorded.clone(),
+                    configured: configured.clone(),
+                });
+            }
+        }
+        return Ok(());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::PathBuf;
+
+    use lakestream_meta::InMemoryStore;
+
+    use super::*;
+
+    fn local(dir: &str, root: &str) -> ObjectStoreConfig {
+        ObjectStoreConfig::Local { dir: PathBuf::from(dir), root: root.into() }
+    }
+
+    fn roots(wal: &str, compacted: &str) -> StorageRoots {
+        StorageRoots::of(&StorageConfig {
+            wal: local("/srv/objects", wal),
+            compacted: local("/srv/objects", compacted),
+        })
+        .unwrap()
+    }
+
+    #[tokio::test]
+    async fn the_storage_roots_are_recorded_once_and_other_roots_are_refused() {
+        // [All] All implementations in a deployment MUST use the same WAL root and the same
+        // compacted root.
+        let meta = InMemoryStore::new();
+        let first = roots("wal", "compacted");
+        assert_eq!(first.wal, "local:/srv/objects/wal");
+        record_or_check(&meta, "cat", &first).await.unwrap();
+        let stored = meta.get("cat", STORAGE_ROOTS_KEY).await.unwrap().unwrap();
+        // The same roots start again; the record is not rewritten.
+        record_or_check(&meta, "cat", &roots("wal", "compacted")).await.unwrap();
+        assert_eq!(meta.get("cat", STORAGE_ROOTS_KEY).await.unwrap().unwrap().version, stored.version);
+        for (other, key) in [
+            (roots("wal2", "compacted"), "storage.wal"),
+            (roots("wal", "compacted/elsewhere"), "storage.compacted"),
+        ] {
+            let err = record_or_check(&meta, "cat", &other).await.unwrap_err();
+            let message = err.to_string();
+            assert!(matches!(err, RootsError::Mismatch { .. }), "{message}");
+            assert!(message.starts_with(key), "{message}");
+            assert!(message.contains("local:/srv/objects/"), "{message}");
+        }
+        assert_eq!(meta.get("cat", STORAGE_ROOTS_KEY).await.unwrap().unwrap().version, stored.version);
+    }
+
+    #[test]
+    fn an_s3_root_is_its_bucket_and_prefix_whatever_the_endpoint() {
+        let s3 = |endpoint: &str, prefix: Option<&str>| {
+            let c = lakestream_objstore_s3::S3Config {
+                bucket: "lake".into(),
+                prefix: prefix.map(String::from),
+                endpoint: Some(endpoint.into()),
+                ..Default::default()
+            };
+            ObjectStoreConfig::S3(Box::new(c))
+        };
+        let a = StorageRoots::of(&StorageConfig {
+            wal: s3("http://minio:9000", Some("wal")),
+            compacted: s3("http://minio:9000", None),
+        })
+        .unwrap();
+        let b = StorageRoots::of(&StorageConfig {
+            wal: s3("http://127.0.0.1:9000", Some("/wal/")),
+            compacted: s3("http://127.0.0.1:9000", None),
+        })
+        .unwrap();
+        assert_eq!(a, b);
+        assert_eq!((a.wal.as_str(), a.compacted.as_str()), ("s3://lake/wal", "s3://lake"));
+    }
+}
