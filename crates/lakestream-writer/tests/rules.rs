@@ -1,6 +1,8 @@
-//! The writer's lease rules over the in-memory stores, one test per rule: soft trim holds its
-//! lease and stops when the lease's session ends, and appends queued under a lost session fail
-//! with `LeaseLost` and publish nothing. Pauses are gates the test opens, never sleeps; tokio's
+//! The writer's rules over the in-memory stores, one test per rule, each named after it: index
+//! records are published under a lease and only after their WAL object is written, soft trim
+//! holds its lease and stops when the lease's session ends, appends queued under a lost session
+//! fail with `LeaseLost` and publish nothing, and WAL object names never collide. Pauses are
+//! gates the test opens, never sleeps; tokio's
 //! clock is paused, so a flush window ends only once every runnable task has run (the
 //! entries a test spawns together share one upload).
 
