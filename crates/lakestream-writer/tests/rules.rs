@@ -257,8 +257,8 @@ async fn no_index_record_is_published_before_its_wal_object_is_written() {
     });
     at.reached.await.unwrap();
     let mut written = s.wal.written.subscribe();
-    // A later object completes while the first is still being written; its index puts wait
-    // for the first's (puts follow flush order), so these appends resolve only after.
+    // A later object completes while the first is still being written. (Whether its index
+    // puts wait for the first object's is the writer's choice, not this rule's.)
     let later: Vec<_> = (0..3u64)
         .map(|i| {
             let w = w.clone();
@@ -266,8 +266,6 @@ async fn no_index_record_is_published_before_its_wal_object_is_written() {
         })
         .collect();
     written.wait_for(|&n| n >= 1).await.unwrap(); // the later entries share one object
-    let so_far = s.meta.events.lock().unwrap().clone();
-    assert!(so_far.iter().all(|e| e.starts_with("written ")), "nothing indexed yet: {so_far:#?}");
     at.open.send(()).unwrap();
     first.await.unwrap().unwrap();
     for append in later {
