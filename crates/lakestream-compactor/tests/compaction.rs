@@ -941,3 +941,28 @@ async fn objects_of_hundreds_of_logs_read_back_raw_and_after_compaction() {
     }
     w.close().await;
 }
+
+#[tokio::test]
+async fn compacted_files_are_written_once_and_never_overwritten() {
+    // [Compactor] A compactor MUST NOT change or overwrite a compacted file or a companion
+    // file after writing it. Two ranges, a repeated C3/C4 and a second prepare of one range:
+    // every put names a file no earlier put named.
+    let (s, ops) = common::Stack::recorded();
+    let w = s.writer(156);
+    let log = log_ref(56);
+    let c = s.compactor(CompactorConfig { max_file_bytes: 40, ..test_config() }, 56);
+    let (claim, prepared) = claimed_and_prepared(&s, &w, &c, &log, 6).await;
+    let again = c.prepare(&log, &prepared.plan).await.unwrap().unwrap(); // an abandoned C2
+    assert_eq!(c.finish(&claim, &prepared).await.unwrap(), InstallOutcome::Installed);
+    assert_eq!(c.finish(&claim, &prepared).await.unwrap(), InstallOutcome::AlreadyInstalled);
+    claim.release(s.meta.as_ref()).await;
+    append_n(&w, log.log_id, 4, 1, "more").await;
+    s.clock.advance_ms(AGE);
+    assert_eq!(c.compact_log(&log, &no_progress).await.unwrap().len(), 1);
+    let puts: Vec<String> = ops.ops().into_iter().filter(|op| op.starts_with("compacted.put ")).collect();
+    let files = prepared.files.len() + again.files.len();
+    assert!(puts.len() > 2 * files, "two compactions and an abandoned C2 wrote files: {puts:#?}");
+    let unique: std::collections::HashSet<&String> = puts.iter().collect();
+    assert_eq!(unique.len(), puts.len(), "a compacted file or companion was written twice: {puts:#?}");
+    w.close().await;
+}

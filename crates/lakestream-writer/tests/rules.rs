@@ -1,6 +1,8 @@
-//! The writer's lease rules over the in-memory stores, one test per rule: soft trim holds its
-//! lease and stops when the lease's session ends, and appends queued under a lost session fail
-//! with `LeaseLost` and publish nothing. Pauses are gates the test opens, never sleeps; tokio's
+//! The writer's rules over the in-memory stores, one test per rule, each named after it: index
+//! records are published under a lease and only after their WAL object is written, soft trim
+//! holds its lease and stops when the lease's session ends, appends queued under a lost session
+//! fail with `LeaseLost` and publish nothing, and WAL object names never collide. Pauses are
+//! gates the test opens, never sleeps; tokio's
 //! clock is paused, so a flush window ends only once every runnable task has run (the
 //! entries a test spawns together share one upload).
 
@@ -11,6 +13,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use bytes::Bytes;
 use futures::stream::BoxStream;
+use lakestream_format::entry_index::{self, IndexValue};
 use lakestream_format::keys;
 use lakestream_format::{Clock, ErrorClass, LogId, ManualClock};
 use lakestream_meta::lease::{self, SeededTokens};
@@ -61,7 +64,13 @@ struct Meta {
     sequenced_puts: AtomicUsize,
     /// For each sequenced put, how many lease records its log had as it ran.
     leases_at_publish: Mutex<Vec<usize>>,
+    /// Completed WAL object writes and index puts, in order (shared with [`Objects`]).
+    events: Events,
 }
+
+/// `written {name}` when a WAL object put completed, `indexed {location}` when a sequenced
+/// put naming it is issued.
+type Events = Arc<Mutex<Vec<String>>>;
 
 impl std::fmt::Debug for Gate {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -103,6 +112,9 @@ impl MetaStore for Meta {
         let log = LogId(p.parse().expect("index puts go to a log's partition"));
         let leases = lease::list_leases(&self.inner, log).await.unwrap().len();
         self.leases_at_publish.lock().unwrap().push(leases);
+        if let Ok(IndexValue::Raw(raw)) = entry_index::decode(&v) {
+            self.events.lock().unwrap().push(format!("indexed {}", raw.location));
+        }
         self.inner.sequenced_put(p, prefix, d, v).await
     }
     async fn list(&self, p: &str, a: &str, b: &str) -> MetaResult<Vec<String>> {
@@ -123,6 +135,9 @@ struct Objects {
     inner: MemObjects,
     put_gate: Mutex<Option<Gate>>,
     names: Mutex<Vec<String>>,
+    events: Events,
+    /// How many puts have completed: a signal a test can wait on.
+    written: tokio::sync::watch::Sender<usize>,
 }
 
 #[async_trait]
@@ -133,7 +148,10 @@ impl ObjectStore for Objects {
             gate.pass().await;
         }
         self.names.lock().unwrap().push(path.to_string());
-        self.inner.put(path, bytes).await
+        self.inner.put(path, bytes).await?;
+        self.events.lock().unwrap().push(format!("written {path}"));
+        self.written.send_modify(|n| *n += 1);
+        Ok(())
     }
     async fn get(&self, path: &ObjectPath) -> ObjectResult<Bytes> {
         self.inner.get(path).await
@@ -174,17 +192,21 @@ impl Stack {
         let clock = ManualClock::new(1_796_000_000_000);
         let shared: Arc<dyn Clock> = Arc::new(clock.clone());
         let mem = InMemoryStore::with_config(1, shared.clone()).unwrap();
+        let events = Events::default();
         let meta = Arc::new(Meta {
             inner: mem.clone(),
             marker_read_gate: Mutex::new(None),
             fence_read_gate: Mutex::new(None),
             sequenced_puts: AtomicUsize::new(0),
             leases_at_publish: Mutex::new(Vec::new()),
+            events: events.clone(),
         });
         let wal = Arc::new(Objects {
             inner: MemObjects::new(shared),
             put_gate: Mutex::new(None),
             names: Mutex::new(Vec::new()),
+            events,
+            written: tokio::sync::watch::channel(0).0,
         });
         Stack { mem, meta, wal, clock }
     }
@@ -227,6 +249,46 @@ async fn every_index_record_is_published_under_a_write_lease() {
     }
     let seen = s.meta.leases_at_publish.lock().unwrap().clone();
     assert!(!seen.is_empty() && seen.iter().all(|&n| n == 1), "lease records at each index put: {seen:?}");
+    w.close().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn no_index_record_is_published_before_its_wal_object_is_written() {
+    // [Writer] A writer MUST NOT publish an index record for a WAL object before the object
+    // has been written. Uploads run in parallel and finish out of order (the first one waits
+    // at a gate while later ones complete); every index put must still follow its object.
+    let s = Stack::new();
+    let w = s.writer(6);
+    let (paused, at) = gate();
+    *s.wal.put_gate.lock().unwrap() = Some(paused);
+    let first = tokio::spawn({
+        let w = w.clone();
+        async move { w.append(LogId(20), Bytes::from_static(b"first"), 1).await }
+    });
+    at.reached.await.unwrap();
+    let mut written = s.wal.written.subscribe();
+    // A later object completes while the first is still being written. (Whether its index
+    // puts wait for the first object's is the writer's choice, not this rule's.)
+    let later: Vec<_> = (0..3u64)
+        .map(|i| {
+            let w = w.clone();
+            tokio::spawn(async move { w.append(LogId(21 + i), Bytes::from_static(b"later"), 1).await })
+        })
+        .collect();
+    written.wait_for(|&n| n >= 1).await.unwrap(); // the later entries share one object
+    at.open.send(()).unwrap();
+    first.await.unwrap().unwrap();
+    for append in later {
+        append.await.unwrap().unwrap();
+    }
+    let events = s.meta.events.lock().unwrap().clone();
+    let indexed: Vec<usize> = (0..events.len()).filter(|&i| events[i].starts_with("indexed ")).collect();
+    assert_eq!(indexed.len(), 4, "{events:#?}");
+    for i in indexed {
+        let name = &events[i]["indexed ".len()..];
+        let written = events.iter().position(|e| e == &format!("written {name}"));
+        assert!(written.is_some_and(|w| w < i), "{name} indexed before it was written: {events:#?}");
+    }
     w.close().await;
 }
 
