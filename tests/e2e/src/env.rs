@@ -4,7 +4,7 @@
 //! | variable | meaning |
 //! |---|---|
 //! | `LAKESTREAM_TEST_S3_ENDPOINT`, `_BUCKET`, `_ACCESS_KEY`, `_SECRET_KEY`, `_REGION` | the S3 server (`scripts/test` starts s3s-fs and sets them) |
-//! | `LAKESTREAM_TEST_OXIA_ADDR` (or `LAKESTREAM_TEST_OXIA`) | `host:port` of an Oxia server, for the separate-process topology |
+//! | `LAKESTREAM_TEST_OXIA_BIN` | the Oxia binary; the separate-process topology starts its own server with it |
 //! | `LAKESTREAM_BIN` | the `lakestream` binary (default: next to the test executable's `deps/`) |
 //! | `LAKESTREAM_E2E_HTTP` | an external stack's writer (and catalog) URL, e.g. after `docker compose up` |
 //! | `LAKESTREAM_E2E_READ_HTTP` | its reader URL (default: `LAKESTREAM_E2E_HTTP`) |
@@ -68,13 +68,6 @@ impl S3Env {
         })?;
         Ok(rest.trim_end_matches('/').to_string())
     }
-}
-
-/// The Oxia server named by `LAKESTREAM_TEST_OXIA_ADDR` (or the older `LAKESTREAM_TEST_OXIA`).
-pub fn oxia_addr() -> Option<String> {
-    ["LAKESTREAM_TEST_OXIA_ADDR", "LAKESTREAM_TEST_OXIA"]
-        .iter()
-        .find_map(|v| std::env::var(v).ok().filter(|s| !s.trim().is_empty()))
 }
 
 /// Fails unless something accepts TCP connections at `addr` within `timeout`.

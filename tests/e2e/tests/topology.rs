@@ -1,7 +1,8 @@
 //! The separate-process topology of production: a catalog, two writers, a reader and a
 //! compactor process sharing a real Oxia server and the S3 server. Only Oxia gives processes
-//! a shared metadata store, so this suite needs one; `scripts/test` starts it and sets
-//! `LAKESTREAM_TEST_OXIA`. Without it the test fails with instructions (it never skips).
+//! a shared metadata store, so this suite needs one: it starts its own from the binary that
+//! `scripts/test` names in `LAKESTREAM_TEST_OXIA_BIN`. Without it the test fails with
+//! instructions (it never skips).
 //!
 //! It checks create (catalog) → produce (both writers) → consume (reader) → compact
 //! (compactor) → consume again, identical; then runs the checker's producers through both
@@ -16,7 +17,7 @@ use std::time::Duration;
 use lakestream_e2e::api::Api;
 use lakestream_e2e::checker::{self, Ledger, Load};
 use lakestream_e2e::config::{Compaction, Metadata, Roles, ServiceConfig};
-use lakestream_e2e::env::{self, S3Env};
+use lakestream_e2e::env::S3Env;
 use lakestream_e2e::process::{CompactionLog, Service, free_port};
 use lakestream_e2e::rng::Rng;
 use tokio::sync::watch;
@@ -122,14 +123,14 @@ async fn separate_processes(oxia: &str, s3: S3Env, suite: &str) {
     }
 }
 
+/// On an Oxia server of its own (a fresh `oxia standalone --shards 4`, binary from
+/// `LAKESTREAM_TEST_OXIA_BIN`): a deployment records its storage roots in the metadata store
+/// and a service with other roots refuses to start, so each run, with its own S3 prefix, needs
+/// a metadata store of its own.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn catalog_writers_reader_and_compactor_as_separate_processes_on_oxia() {
-    let oxia = env::oxia_addr().unwrap_or_else(|| {
-        panic!("LAKESTREAM_TEST_OXIA is not set: this test needs a real Oxia server (host:port); run `scripts/test`, or e.g. `docker compose up -d oxia`")
-    });
-    env::check_reachable("Oxia (LAKESTREAM_TEST_OXIA)", &oxia, Duration::from_secs(5))
-        .unwrap_or_else(|e| panic!("{e}"));
-    separate_processes(&oxia, common::s3(), "topology").await;
+    let oxia = lakestream_meta_oxia::testkit::StandaloneOxia::start(4, &[]).await;
+    separate_processes(&oxia.address(), common::s3(), "topology").await;
 }
 
 #[cfg(feature = "testcontainers")]
