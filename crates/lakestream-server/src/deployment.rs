@@ -20,6 +20,66 @@ use crate::config::{ObjectStoreConfig, StorageConfig};
 /// The key of the record, in the catalog's partition (every service of a deployment uses it).
 pub const STORAGE_ROOTS_KEY: &str = "/lakestream-deployment/storage-roots";
 
+/// The key recording that the deployment writes format version 3 (its value is `3`): put by
+/// the first writer or compactor, read by readers set to a legacy version.
+pub const FORMAT_VERSION_KEY: &str = "/lakestream-deployment/format-version";
+
+/// The format version this implementation's writer and compactor write.
+pub const WRITTEN_FORMAT_VERSION: u32 = 3;
+
+/// A reader set to a legacy format version beside a deployment that writes version 3.
+#[derive(Debug, thiserror::Error)]
+pub enum FormatVersionError {
+    /// A writer or compactor of this deployment writes version 3.
+    #[error(
+        "reader.format_version is {configured}, but this deployment's metadata store records that \
+         its writers and compactors write format version {recorded} (key {FORMAT_VERSION_KEY}); all \
+         roles of a deployment use one format version, and a v{configured} reader would misread \
+         its index. Set reader.format_version = {recorded}, or point `metadata` at the legacy \
+         v{configured} deployment to read it (legacy-read mode: no writer or compactor there)"
+    )]
+    LegacyReaderBesideV3 {
+        /// The reader's configured version.
+        configured: u32,
+        /// The recorded version.
+        recorded: u32,
+    },
+    /// The record exists but cannot be read.
+    #[error("the deployment record {FORMAT_VERSION_KEY} is not readable: {0:?}")]
+    Corrupt(String),
+    /// The metadata store failed.
+    #[error("checking the deployment's format version in the metadata store: {0}")]
+    Meta(#[from] MetaError),
+}
+
+/// Spec "Format Versioning", across processes: a process that writes (writer or compactor
+/// role) records that the deployment writes version 3; a process whose reader is set to a
+/// legacy version (1 or 2) refuses to start where that record exists. A legacy reader is
+/// thus a read-only process over a legacy deployment's metadata store: the explicit
+/// legacy-read mode.
+pub async fn record_or_check_format_version(
+    meta: &dyn MetaStore,
+    partition: &str,
+    writes: bool,
+    reader_version: Option<u32>,
+) -> Result<(), FormatVersionError> {
+    if writes {
+        let value = Bytes::from(WRITTEN_FORMAT_VERSION.to_string());
+        match meta.put(partition, FORMAT_VERSION_KEY, value, PutCondition::IfAbsent).await {
+            Ok(_) | Err(MetaError::KeyExists { .. }) => {}
+            Err(e) if e.class() == lakestream_format::ErrorClass::OutcomeUnknown => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    let Some(configured) = reader_version.filter(|v| *v != WRITTEN_FORMAT_VERSION) else { return Ok(()) };
+    let Some(record) = meta.get(partition, FORMAT_VERSION_KEY).await? else { return Ok(()) };
+    let recorded: u32 = std::str::from_utf8(&record.value)
+        .ok()
+        .and_then(|text| text.trim().parse().ok())
+        .ok_or_else(|| FormatVersionError::Corrupt(String::from_utf8_lossy(&record.value).into_owned()))?;
+    Err(FormatVersionError::LegacyReaderBesideV3 { configured, recorded })
+}
+
 /// The roots a service is configured with, as recorded.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct StorageRoots {
@@ -168,6 +228,28 @@ mod tests {
             assert!(message.contains("local:/srv/objects/"), "{message}");
         }
         assert_eq!(meta.get("cat", STORAGE_ROOTS_KEY).await.unwrap().unwrap().version, stored.version);
+    }
+
+    /// [All] All WAL objects and index records of a deployment use one format version: a
+    /// reader set to v1 or v2 in a process of its own is refused where a writer or compactor
+    /// of the deployment recorded version 3; over a store no v3 role wrote (a legacy
+    /// deployment) it starts.
+    #[tokio::test]
+    async fn a_legacy_reader_process_is_refused_where_a_writer_recorded_format_version_3() {
+        let legacy = InMemoryStore::new();
+        record_or_check_format_version(&legacy, "cat", false, Some(2)).await.expect("legacy-read mode");
+        assert!(legacy.get("cat", FORMAT_VERSION_KEY).await.unwrap().is_none(), "a reader records nothing");
+
+        let v3 = InMemoryStore::new();
+        record_or_check_format_version(&v3, "cat", true, None).await.expect("a writer records");
+        record_or_check_format_version(&v3, "cat", true, Some(3)).await.expect("again, the same");
+        record_or_check_format_version(&v3, "cat", false, Some(3)).await.expect("a v3 reader");
+        for legacy_version in [1, 2] {
+            let err = record_or_check_format_version(&v3, "cat", false, Some(legacy_version)).await.unwrap_err();
+            let message = err.to_string();
+            assert!(matches!(err, FormatVersionError::LegacyReaderBesideV3 { recorded: 3, .. }), "{message}");
+            assert!(message.starts_with(&format!("reader.format_version is {legacy_version}")), "{message}");
+        }
     }
 
     #[test]

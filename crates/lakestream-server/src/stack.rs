@@ -72,6 +72,9 @@ pub enum StartError {
     /// The configured storage roots are not the deployment's.
     #[error("storage roots: {0}")]
     Roots(#[from] crate::deployment::RootsError),
+    /// A legacy reader beside a deployment that writes format version 3.
+    #[error("format version: {0}")]
+    FormatVersion(#[from] crate::deployment::FormatVersionError),
 }
 
 /// The namespace every deployment has, created at start if missing.
@@ -90,6 +93,11 @@ impl Stack {
         let meta = open_meta(&config.metadata, clock.clone()).await?;
         // Before any role can write: a service with another deployment's roots stops here.
         crate::deployment::record_or_check(meta.as_ref(), &config.catalog.partition, &roots).await?;
+        // One format version per deployment, across processes too.
+        let writes = config.roles.writer || config.roles.compactor;
+        let reads = config.roles.reader.then_some(u32::from(config.reader.format_version));
+        crate::deployment::record_or_check_format_version(meta.as_ref(), &config.catalog.partition, writes, reads)
+            .await?;
         let wal = open_objects("storage.wal", &config.storage.wal)?;
         let compacted = open_objects("storage.compacted", &config.storage.compacted)?;
         let catalog = Catalog::new(meta.clone(), config.catalog.clone())?;
