@@ -45,6 +45,8 @@ pub struct ServerConfig {
     pub tls: crate::listener::TlsConfig,
     /// Per-client request rate limits on `/v1` and every RPC; off by default.
     pub limits: crate::limits::RateLimitConfig,
+    /// Connection limits and timeouts of both listeners, and the shutdown drain delay.
+    pub listener: crate::listener::ListenerConfig,
     /// CloudEvents ingest: the deduplication window (`dedup_window`, default 1 h, at most
     /// 24 h) and the claim lapse (`claim_lapse`, default 2 min).
     pub cloudevents: lakestream_cloudevents::ledger::LedgerConfig,
@@ -435,6 +437,7 @@ impl ServerConfig {
         }
         self.cloudevents.validate().map_err(|e| invalid(&format!("cloudevents.{}", e.field), &e.rule))?;
         self.limits.validate().map_err(|(key, rule)| invalid(&format!("limits.{key}"), &rule))?;
+        self.listener.validate().map_err(|(key, rule)| invalid(&format!("listener.{key}"), &rule))?;
         if let Err(e) = self.tls.acceptor() {
             return Err(invalid(&format!("tls.{}", e.key), &e.message));
         }
@@ -530,6 +533,39 @@ mod tests {
         let config = ServerConfig::from_toml(text, Path::new("x.toml")).unwrap();
         let shown = format!("{config:?}");
         assert!(!shown.contains("hunter2") && shown.contains("<redacted>"), "{shown}");
+    }
+
+    #[test]
+    fn listener_limits_are_read_and_checked() {
+        let config = ServerConfig::from_toml(
+            "[listener]\nmax_connections = 5\nheader_read_timeout = \"2s\"\nidle_timeout = \"3s\"\n\
+             tls_handshake_timeout = \"4s\"\nhttp2_max_concurrent_streams = 7\ndrain_delay = \"5s\"\n",
+            Path::new("x.toml"),
+        )
+        .unwrap();
+        config.validate().unwrap();
+        assert_eq!(config.listener.max_connections, 5);
+        assert_eq!(config.listener.header_read_timeout, Duration::from_secs(2));
+        assert_eq!(config.listener.idle_timeout, Duration::from_secs(3));
+        assert_eq!(config.listener.tls_handshake_timeout, Duration::from_secs(4));
+        assert_eq!(config.listener.http2_max_concurrent_streams, 7);
+        assert_eq!(config.listener.drain_delay, Duration::from_secs(5));
+        for (key, text) in [
+            ("listener.max_connections", "max_connections = 0"),
+            ("listener.max_connections", "max_connections = 1000001"),
+            ("listener.idle_timeout", "idle_timeout = \"0s\""),
+            ("listener.header_read_timeout", "header_read_timeout = \"0s\""),
+            ("listener.tls_handshake_timeout", "tls_handshake_timeout = \"0s\""),
+            ("listener.http2_max_concurrent_streams", "http2_max_concurrent_streams = 0"),
+        ] {
+            let config =
+                ServerConfig::from_toml(&format!("[listener]\n{text}\n"), Path::new("x.toml")).unwrap();
+            let err = config.validate().unwrap_err().to_string();
+            assert!(err.contains(key), "{text}: {err}");
+        }
+        let err =
+            ServerConfig::from_toml("[listener]\nidle_timeot = \"1s\"\n", Path::new("x.toml")).unwrap_err();
+        assert!(err.to_string().contains("idle_timeot"), "{err}");
     }
 
     #[test]
