@@ -4,7 +4,7 @@
 //!
 //! | method | path | what |
 //! |---|---|---|
-//! | GET | `/healthz`, `/readyz` | liveness; readiness (the metadata store answers) |
+//! | GET | `/healthz`, `/readyz` | liveness; readiness (the metadata and object stores answer; 503 once draining) |
 //! | GET | `/metrics` | Prometheus metrics |
 //! | POST, GET | `/v1/namespaces` | create, list namespaces |
 //! | POST, GET | `/v1/namespaces/{ns}/streams` | create, list streams |
