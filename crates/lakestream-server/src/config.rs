@@ -343,8 +343,9 @@ impl ServerConfig {
     }
 
     /// Applies the documented environment variables (`LAKESTREAM_HTTP_ADDR`, `LAKESTREAM_GRPC_ADDR`,
-    /// `LAKESTREAM_OXIA_ADDRESSES`, `LAKESTREAM_CLOUDEVENTS_DEDUP_WINDOW`), read through `var`
-    /// so tests need not touch the process environment.
+    /// `LAKESTREAM_OXIA_ADDRESSES`, `LAKESTREAM_S3_ENDPOINT` (the endpoint of every S3 root),
+    /// `LAKESTREAM_CLOUDEVENTS_DEDUP_WINDOW`), read through `var` so tests need not touch the
+    /// process environment.
     pub fn apply_env(&mut self, var: impl Fn(&str) -> Option<String>) -> Result<(), ConfigError> {
         if let Some(window) = var("LAKESTREAM_CLOUDEVENTS_DEDUP_WINDOW") {
             self.cloudevents.dedup_window = parse_duration(&window).map_err(|message| ConfigError::Env {
@@ -363,6 +364,22 @@ impl ServerConfig {
                 var: "LAKESTREAM_HTTP_ADDR",
                 message: format!("{addr:?} is not host:port ({e})"),
             })?;
+        }
+        if let Some(endpoint) = var("LAKESTREAM_S3_ENDPOINT") {
+            let mut any = false;
+            for store in [&mut self.storage.wal, &mut self.storage.compacted] {
+                if let ObjectStoreConfig::S3(s3) = store {
+                    s3.endpoint = Some(endpoint.clone());
+                    any = true;
+                }
+            }
+            if !any {
+                return Err(ConfigError::Env {
+                    var: "LAKESTREAM_S3_ENDPOINT",
+                    message: "is set, but neither storage.wal nor storage.compacted uses backend = \"s3\""
+                        .into(),
+                });
+            }
         }
         if let Some(addresses) = var("LAKESTREAM_OXIA_ADDRESSES") {
             let list: Vec<String> =
@@ -525,6 +542,28 @@ mod tests {
             .unwrap();
         assert_eq!(config.http.addr.port(), 9999);
         assert!(matches!(&config.metadata, MetadataConfig::Oxia { addresses, .. } if addresses.len() == 2));
+    }
+
+    #[test]
+    fn the_s3_endpoint_comes_from_the_environment_for_every_s3_root() {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../deploy/writer.toml");
+        let mut config = ServerConfig::from_file(&path).unwrap();
+        config
+            .apply_env(|v| (v == "LAKESTREAM_S3_ENDPOINT").then(|| "http://seaweedfs:8333".into()))
+            .unwrap();
+        for store in [&config.storage.wal, &config.storage.compacted] {
+            match store {
+                ObjectStoreConfig::S3(s3) => {
+                    assert_eq!(s3.endpoint.as_deref(), Some("http://seaweedfs:8333"))
+                }
+                other => panic!("{other:?}"),
+            }
+        }
+        config.validate().unwrap();
+        let err = ServerConfig::default()
+            .apply_env(|v| (v == "LAKESTREAM_S3_ENDPOINT").then(|| "http://seaweedfs:8333".into()))
+            .unwrap_err();
+        assert!(err.to_string().contains("LAKESTREAM_S3_ENDPOINT"), "{err}");
     }
 
     #[test]
