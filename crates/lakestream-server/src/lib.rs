@@ -18,6 +18,7 @@ pub mod http;
 pub mod limits;
 pub mod listener;
 pub mod metrics;
+pub mod objects;
 pub mod stack;
 
 use std::future::Future;

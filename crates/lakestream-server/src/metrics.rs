@@ -334,6 +334,43 @@ impl Metrics {
 mod tests {
     use super::*;
 
+    /// Every `lakestream_*` metric the alert rules and the dashboard under `deploy/` query is
+    /// one `/metrics` exposes (histograms with their `_bucket`, `_sum` and `_count` series).
+    #[test]
+    fn the_alerts_and_the_dashboard_query_only_metrics_we_expose() {
+        let mut text = Metrics::default().render(Some(lakestream_reader::cache::CacheStats::default()));
+        crate::objects::ObjectStoreMetrics::default().render(&mut text);
+        let mut exposed = std::collections::BTreeSet::new();
+        for line in text.lines() {
+            if let Some(rest) = line.strip_prefix("# TYPE ") {
+                let mut parts = rest.split(' ');
+                let (name, kind) = (parts.next().unwrap(), parts.next().unwrap());
+                exposed.insert(name.to_string());
+                if kind == "histogram" {
+                    for suffix in ["_bucket", "_sum", "_count"] {
+                        exposed.insert(format!("{name}{suffix}"));
+                    }
+                }
+            }
+        }
+        let deploy = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../deploy");
+        let mut checked = 0;
+        for file in ["prometheus/alerts.yml", "prometheus/alerts_test.yml", "grafana/lakestream.json"] {
+            let content = std::fs::read_to_string(deploy.join(file)).unwrap();
+            let mut rest = content.as_str();
+            while let Some(at) = rest.find("lakestream_") {
+                let name: String = rest[at..]
+                    .chars()
+                    .take_while(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == '_')
+                    .collect();
+                assert!(exposed.contains(&name), "{file} queries {name}, which /metrics does not expose");
+                checked += 1;
+                rest = &rest[at + name.len()..];
+            }
+        }
+        assert!(checked > 40, "only {checked} metric references found");
+    }
+
     #[test]
     fn histogram_buckets_are_cumulative() {
         let h = Histogram::default();

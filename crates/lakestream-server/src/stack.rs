@@ -44,6 +44,8 @@ pub struct Stack {
     pub limiter: Arc<crate::limits::RateLimiter>,
     /// The CloudEvents deduplication ledger (and the clock ingest stamps events with).
     pub ledger: lakestream_cloudevents::ledger::Ledger,
+    /// Operations on both object-store roots, for `/metrics`.
+    pub object_ops: Arc<crate::objects::ObjectStoreMetrics>,
 }
 
 /// Why a service could not start; names the component.
@@ -90,8 +92,15 @@ impl Stack {
         let meta = open_meta(&config.metadata, clock.clone()).await?;
         // Before any role can write: a service with another deployment's roots stops here.
         crate::deployment::record_or_check(meta.as_ref(), &config.catalog.partition, &roots).await?;
-        let wal = open_objects("storage.wal", &config.storage.wal)?;
-        let compacted = open_objects("storage.compacted", &config.storage.compacted)?;
+        let object_ops = Arc::new(crate::objects::ObjectStoreMetrics::default());
+        let wal: Arc<dyn ObjectStore> = Arc::new(crate::objects::Counted::new(
+            open_objects("storage.wal", &config.storage.wal)?,
+            object_ops.wal.clone(),
+        ));
+        let compacted: Arc<dyn ObjectStore> = Arc::new(crate::objects::Counted::new(
+            open_objects("storage.compacted", &config.storage.compacted)?,
+            object_ops.compacted.clone(),
+        ));
         let catalog = Catalog::new(meta.clone(), config.catalog.clone())?;
         match catalog.create_namespace(DEFAULT_NAMESPACE, BTreeMap::new()).await {
             Ok(_) | Err(CatalogError::NamespaceExists { .. }) => {}
@@ -158,6 +167,7 @@ impl Stack {
             clock,
             limiter,
             ledger,
+            object_ops,
         })
     }
 
