@@ -493,6 +493,28 @@ mod tests {
         }
     }
 
+    /// The role files the Helm chart renders with its default values (kept equal to the
+    /// chart's output by `scripts/check-deploy`) are valid service configurations.
+    #[test]
+    fn the_helm_charts_role_files_parse_and_validate() {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../deploy/helm/lakestream/ci/expected");
+        for (name, writer, reader, compactor) in [
+            ("writer.toml", true, false, false),
+            ("reader.toml", false, true, false),
+            ("compactor.toml", false, false, true),
+        ] {
+            let config = ServerConfig::from_file(&dir.join(name)).unwrap_or_else(|e| panic!("{e}"));
+            config.validate().unwrap_or_else(|e| panic!("{name}: {e}"));
+            assert_eq!(
+                (config.roles.writer, config.roles.reader, config.roles.compactor),
+                (writer, reader, compactor)
+            );
+            assert!(matches!(config.metadata, MetadataConfig::Oxia { .. }), "{name}");
+            assert!(matches!(config.storage.wal, ObjectStoreConfig::S3(_)), "{name}");
+            assert_eq!(config.listener.drain_delay, Duration::from_secs(5), "{name}");
+        }
+    }
+
     #[test]
     fn a_reader_cache_longer_than_the_grace_checks_allow_is_refused() {
         let mut config = ServerConfig::default();
