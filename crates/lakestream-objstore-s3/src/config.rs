@@ -56,12 +56,18 @@ pub struct S3Config {
     pub endpoint: Option<String>,
     /// Region. Default `us-east-1`.
     pub region: String,
-    /// Access key id. Default: none (anonymous, unsigned requests).
+    /// Access key id of static credentials. Default: none, and then the credentials come
+    /// from the AWS default chain ([`crate::credentials`]: the environment, the shared
+    /// profile files, web identity / IRSA, ECS and EC2 instance metadata), unless
+    /// `anonymous` is set.
     pub access_key_id: Option<String>,
     /// Secret access key; set together with `access_key_id`. Default: none.
     pub secret_access_key: Option<String>,
     /// Session token of temporary credentials. Default: none.
     pub session_token: Option<String>,
+    /// Send unsigned requests and look up no credentials (a public bucket, or a server
+    /// without authentication). Default `false`; refused together with `access_key_id`.
+    pub anonymous: bool,
     /// Address the bucket in the path (`endpoint/bucket/key`) rather than the host name.
     /// Most self-hosted servers need it. Default `false`.
     pub force_path_style: bool,
@@ -115,6 +121,7 @@ impl std::fmt::Debug for S3Config {
             .field("access_key_id", &self.access_key_id)
             .field("secret_access_key", &self.secret_access_key.as_ref().map(|_| REDACTED))
             .field("session_token", &self.session_token.as_ref().map(|_| REDACTED))
+            .field("anonymous", &self.anonymous)
             .field("force_path_style", &self.force_path_style)
             .field("conditional_put", &self.conditional_put)
             .field("connect_timeout", &self.connect_timeout)
@@ -142,6 +149,7 @@ impl Default for S3Config {
             access_key_id: None,
             secret_access_key: None,
             session_token: None,
+            anonymous: false,
             force_path_style: false,
             conditional_put: ConditionalPut::Atomic,
             connect_timeout: Duration::from_secs(5),
@@ -250,6 +258,12 @@ impl S3Config {
         if self.session_token.is_some() && self.access_key_id.is_none() {
             return Err(invalid("session_token", "set without access_key_id"));
         }
+        if self.anonymous && self.access_key_id.is_some() {
+            return Err(invalid(
+                "anonymous",
+                "unsigned requests cannot use access_key_id; set one or the other",
+            ));
+        }
         for (field, value) in [
             ("connect_timeout", self.connect_timeout),
             ("attempt_timeout", self.attempt_timeout),
@@ -324,6 +338,15 @@ mod tests {
             ("region", S3Config { region: String::new(), ..valid() }),
             ("secret_access_key", S3Config { access_key_id: Some("a".into()), ..valid() }),
             ("session_token", S3Config { session_token: Some("t".into()), ..valid() }),
+            (
+                "anonymous",
+                S3Config {
+                    anonymous: true,
+                    access_key_id: Some("a".into()),
+                    secret_access_key: Some("s".into()),
+                    ..valid()
+                },
+            ),
             ("attempt_timeout", S3Config { attempt_timeout: Duration::ZERO, ..valid() }),
             ("max_attempts", S3Config { max_attempts: 0, ..valid() }),
             ("initial_backoff", S3Config { initial_backoff: Duration::from_secs(60), ..valid() }),

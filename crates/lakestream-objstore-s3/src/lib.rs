@@ -18,6 +18,7 @@
 #![deny(missing_docs)]
 
 pub mod config;
+pub mod credentials;
 #[cfg(feature = "lifecycle")]
 pub mod lifecycle;
 pub mod retry;

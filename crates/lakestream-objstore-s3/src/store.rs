@@ -16,6 +16,7 @@ use std::future::Future;
 use std::sync::Arc;
 
 use async_trait::async_trait;
+use aws_credential_types::provider::error::CredentialsError;
 use aws_sdk_s3::Client;
 use aws_sdk_s3::config::retry::RetryConfig;
 use aws_sdk_s3::config::timeout::TimeoutConfig;
@@ -37,6 +38,7 @@ use lakestream_objstore::{
 };
 
 use crate::config::{ConditionalPut, MAX_PARTS, S3Config};
+use crate::credentials::{LazyDefaultChain, credentials_failure};
 use crate::retry::Backoff;
 
 /// The header that asks S3 to return an object's checksum with a GET.
@@ -93,6 +95,8 @@ impl S3Store {
         if let Some(endpoint) = &config.endpoint {
             builder = builder.endpoint_url(endpoint);
         }
+        // Static keys when configured; unsigned requests only when asked for; else the AWS
+        // default credential chain (crate::credentials).
         builder = match (&config.access_key_id, &config.secret_access_key) {
             (Some(key), Some(secret)) => builder.credentials_provider(Credentials::new(
                 key,
@@ -101,7 +105,8 @@ impl S3Store {
                 None,
                 "lakestream-s3-config",
             )),
-            _ => builder.allow_no_auth(),
+            _ if config.anonymous => builder.allow_no_auth(),
+            _ => builder.credentials_provider(LazyDefaultChain::new(Region::new(config.region.clone()))),
         };
         let client = Client::from_conf(customize(builder).build());
         let backoff =
@@ -159,6 +164,17 @@ where
             ObjectStoreError::Unavailable { operation, path: path.clone(), detail }
         }
     };
+    // Credentials are resolved before a request is signed and sent: a request that found
+    // none was never sent, whatever kind of SDK error carries the failure.
+    if let Some(failure) = credentials_failure(error) {
+        let detail = format!("no S3 credentials ({detail})");
+        return match failure {
+            CredentialsError::ProviderTimedOut(_) | CredentialsError::ProviderError(_) => {
+                ObjectStoreError::Unavailable { operation, path, detail }
+            }
+            _ => ObjectStoreError::backend(operation, &path, detail),
+        };
+    }
     match error {
         SdkError::ConstructionFailure(_) => ObjectStoreError::backend(operation, &path, detail),
         // The request may have reached the server; we cannot tell.

@@ -6,6 +6,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
+use aws_credential_types::provider::error::CredentialsError;
+use aws_credential_types::provider::{ProvideCredentials, future};
 use bytes::Bytes;
 use lakestream_format::ErrorClass;
 use lakestream_objstore::{ObjectPath, ObjectStore, ObjectStoreError};
@@ -188,6 +190,7 @@ async fn an_unreachable_endpoint_is_retryable_for_reads() {
         bucket: "scripted".into(),
         endpoint: Some(format!("http://127.0.0.1:{port}")),
         force_path_style: true,
+        anonymous: true,
         max_attempts: 2,
         initial_backoff: Duration::from_millis(1),
         ..S3Config::default()
@@ -205,4 +208,60 @@ async fn a_missing_bucket_is_not_a_missing_object() {
     assert_eq!(err.class(), ErrorClass::Internal, "{err}");
     assert!(err.to_string().contains("NoSuchBucket"), "{err}");
     assert_eq!(server.requests.load(Ordering::SeqCst), 1, "not retried");
+}
+
+/// Credentials that cannot be had: `not_loaded` (none anywhere) or a provider that fails
+/// (an unreachable STS or metadata endpoint).
+#[derive(Debug)]
+struct NoCredentials {
+    transient: bool,
+    calls: Arc<AtomicUsize>,
+}
+
+impl ProvideCredentials for NoCredentials {
+    fn provide_credentials<'a>(&'a self) -> future::ProvideCredentials<'a>
+    where
+        Self: 'a,
+    {
+        self.calls.fetch_add(1, Ordering::SeqCst);
+        future::ProvideCredentials::ready(Err(if self.transient {
+            CredentialsError::provider_error("the metadata endpoint did not answer")
+        } else {
+            CredentialsError::not_loaded("no credentials in the chain")
+        }))
+    }
+}
+
+/// A request that found no credentials was never sent: a write that failed so is not an
+/// unknown outcome, and is not sent unsigned either. Missing credentials fail at once; a
+/// failing provider is retried like an unavailable server.
+#[tokio::test]
+async fn a_write_without_credentials_is_never_sent_and_not_an_unknown_outcome() {
+    for transient in [false, true] {
+        let server = scripted_server(vec![Answer::Ok]).await;
+        let calls = Arc::new(AtomicUsize::new(0));
+        let provider = NoCredentials { transient, calls: calls.clone() };
+        let config = S3Config {
+            bucket: "scripted".into(),
+            endpoint: Some(server.endpoint.clone()),
+            force_path_style: true,
+            max_attempts: 3,
+            initial_backoff: Duration::from_millis(1),
+            max_backoff: Duration::from_millis(10),
+            retry_seed: Some(1),
+            ..S3Config::default()
+        };
+        let store = S3Store::with_sdk_config(config, |b| b.credentials_provider(provider)).unwrap();
+        let err = store.put(&path(), Bytes::from_static(b"x")).await.unwrap_err();
+        assert_ne!(err.class(), ErrorClass::OutcomeUnknown, "{err}");
+        assert!(err.to_string().contains("no S3 credentials"), "{err}");
+        assert_eq!(server.requests.load(Ordering::SeqCst), 0, "nothing reached the server");
+        if transient {
+            assert_eq!(err.class(), ErrorClass::Retryable, "{err}");
+            assert_eq!(calls.load(Ordering::SeqCst), 3, "retried up to max_attempts");
+        } else {
+            assert_eq!(err.class(), ErrorClass::Internal, "{err}");
+            assert_eq!(calls.load(Ordering::SeqCst), 1, "not retried");
+        }
+    }
 }

@@ -353,12 +353,20 @@ pub struct Api {
     stack: Stack,
     metrics: Arc<Metrics>,
     max_fetch_wait: Duration,
+    /// Set when a graceful shutdown starts: readiness fails from then on.
+    draining: Arc<std::sync::atomic::AtomicBool>,
 }
+
+/// How long a readiness check waits for the metadata store and the object stores.
+pub const READINESS_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// The object-store prefix a readiness check lists (one request, normally empty).
+const READINESS_PROBE_PREFIX: &str = "lakestream-readyz-probe/";
 
 impl Api {
     /// The operations over `stack`; fetches may wait at most `max_fetch_wait`.
     pub fn new(stack: Stack, metrics: Arc<Metrics>, max_fetch_wait: Duration) -> Self {
-        Api { stack, metrics, max_fetch_wait }
+        Api { stack, metrics, max_fetch_wait, draining: Arc::default() }
     }
 
     /// The stack.
@@ -426,7 +434,7 @@ impl Api {
             (None, None) => "unknown".to_owned(),
         };
         limiter.check(&client, tokio::time::Instant::now()).map_err(|wait| {
-            self.metrics.rate_limited.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            self.metrics.rate_limited.fetch_add(1, Ordering::Relaxed);
             ApiError::new(
                 ErrorKind::RateLimited,
                 format!("rate limit exceeded for {client}; retry in {} ms", wait.as_millis().max(1)),
@@ -434,11 +442,59 @@ impl Api {
         })
     }
 
-    /// Whether the metadata store answers.
+    /// Marks the service as draining (a graceful shutdown started): [`Api::ready`] fails
+    /// from now on, while requests are still served.
+    pub fn start_draining(&self) {
+        self.draining.store(true, Ordering::SeqCst);
+    }
+
+    /// Whether a graceful shutdown has started.
+    pub fn is_draining(&self) -> bool {
+        self.draining.load(Ordering::SeqCst)
+    }
+
+    /// Whether the service should get traffic: not draining, and the metadata store and both
+    /// object stores (`storage.wal`, `storage.compacted`) answer a read within
+    /// [`READINESS_TIMEOUT`]. Records the outcome in the metrics.
     pub async fn ready(&self) -> ApiResult<()> {
-        match self.stack.meta.get("0", "/readyz").await {
-            Ok(_) => Ok(()),
-            Err(e) => Err(ApiError::new(ErrorKind::NotReady, format!("metadata store: {e}"))),
+        let outcome = self.check_ready().await;
+        let ok = outcome.is_ok();
+        self.metrics.ready.store(u64::from(ok), Ordering::Relaxed);
+        if !ok {
+            self.metrics.readiness_failures.fetch_add(1, Ordering::Relaxed);
+        }
+        outcome
+    }
+
+    async fn check_ready(&self) -> ApiResult<()> {
+        use futures::StreamExt as _;
+        let not_ready = |message: String| ApiError::new(ErrorKind::NotReady, message);
+        if self.is_draining() {
+            return Err(not_ready("draining: the service is shutting down".into()));
+        }
+        let checks = async {
+            self.stack
+                .meta
+                .get("0", "/readyz")
+                .await
+                .map_err(|e| not_ready(format!("metadata store: {e}")))?;
+            let prefix = lakestream_objstore::ObjectPrefix::new(READINESS_PROBE_PREFIX)
+                .map_err(|e| ApiError::new(ErrorKind::Internal, e.to_string()))?;
+            for (root, store) in
+                [("storage.wal", &self.stack.wal), ("storage.compacted", &self.stack.compacted)]
+            {
+                // One listing request: it needs the bucket, the network and valid credentials.
+                if let Some(Err(e)) = store.list(&prefix, None).next().await {
+                    return Err(not_ready(format!("object store {root}: {e}")));
+                }
+            }
+            Ok(())
+        };
+        match tokio::time::timeout(READINESS_TIMEOUT, checks).await {
+            Ok(outcome) => outcome,
+            Err(_) => Err(not_ready(format!(
+                "the metadata store or an object store did not answer within {READINESS_TIMEOUT:?}"
+            ))),
         }
     }
 

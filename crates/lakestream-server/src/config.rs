@@ -45,6 +45,8 @@ pub struct ServerConfig {
     pub tls: crate::listener::TlsConfig,
     /// Per-client request rate limits on `/v1` and every RPC; off by default.
     pub limits: crate::limits::RateLimitConfig,
+    /// Connection limits and timeouts of both listeners, and the shutdown drain delay.
+    pub listener: crate::listener::ListenerConfig,
     /// CloudEvents ingest: the deduplication window (`dedup_window`, default 1 h, at most
     /// 24 h) and the claim lapse (`claim_lapse`, default 2 min).
     pub cloudevents: lakestream_cloudevents::ledger::LedgerConfig,
@@ -341,8 +343,9 @@ impl ServerConfig {
     }
 
     /// Applies the documented environment variables (`LAKESTREAM_HTTP_ADDR`, `LAKESTREAM_GRPC_ADDR`,
-    /// `LAKESTREAM_OXIA_ADDRESSES`, `LAKESTREAM_CLOUDEVENTS_DEDUP_WINDOW`), read through `var`
-    /// so tests need not touch the process environment.
+    /// `LAKESTREAM_OXIA_ADDRESSES`, `LAKESTREAM_S3_ENDPOINT` (the endpoint of every S3 root),
+    /// `LAKESTREAM_CLOUDEVENTS_DEDUP_WINDOW`), read through `var` so tests need not touch the
+    /// process environment.
     pub fn apply_env(&mut self, var: impl Fn(&str) -> Option<String>) -> Result<(), ConfigError> {
         if let Some(window) = var("LAKESTREAM_CLOUDEVENTS_DEDUP_WINDOW") {
             self.cloudevents.dedup_window = parse_duration(&window).map_err(|message| ConfigError::Env {
@@ -361,6 +364,22 @@ impl ServerConfig {
                 var: "LAKESTREAM_HTTP_ADDR",
                 message: format!("{addr:?} is not host:port ({e})"),
             })?;
+        }
+        if let Some(endpoint) = var("LAKESTREAM_S3_ENDPOINT") {
+            let mut any = false;
+            for store in [&mut self.storage.wal, &mut self.storage.compacted] {
+                if let ObjectStoreConfig::S3(s3) = store {
+                    s3.endpoint = Some(endpoint.clone());
+                    any = true;
+                }
+            }
+            if !any {
+                return Err(ConfigError::Env {
+                    var: "LAKESTREAM_S3_ENDPOINT",
+                    message: "is set, but neither storage.wal nor storage.compacted uses backend = \"s3\""
+                        .into(),
+                });
+            }
         }
         if let Some(addresses) = var("LAKESTREAM_OXIA_ADDRESSES") {
             let list: Vec<String> =
@@ -435,6 +454,7 @@ impl ServerConfig {
         }
         self.cloudevents.validate().map_err(|e| invalid(&format!("cloudevents.{}", e.field), &e.rule))?;
         self.limits.validate().map_err(|(key, rule)| invalid(&format!("limits.{key}"), &rule))?;
+        self.listener.validate().map_err(|(key, rule)| invalid(&format!("listener.{key}"), &rule))?;
         if let Err(e) = self.tls.acceptor() {
             return Err(invalid(&format!("tls.{}", e.key), &e.message));
         }
@@ -470,6 +490,28 @@ mod tests {
             let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../deploy").join(name);
             let config = ServerConfig::from_file(&path).unwrap_or_else(|e| panic!("{e}"));
             config.validate().unwrap_or_else(|e| panic!("{name}: {e}"));
+        }
+    }
+
+    /// The role files the Helm chart renders with its default values (kept equal to the
+    /// chart's output by `scripts/check-deploy`) are valid service configurations.
+    #[test]
+    fn the_helm_charts_role_files_parse_and_validate() {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../deploy/helm/lakestream/ci/expected");
+        for (name, writer, reader, compactor) in [
+            ("writer.toml", true, false, false),
+            ("reader.toml", false, true, false),
+            ("compactor.toml", false, false, true),
+        ] {
+            let config = ServerConfig::from_file(&dir.join(name)).unwrap_or_else(|e| panic!("{e}"));
+            config.validate().unwrap_or_else(|e| panic!("{name}: {e}"));
+            assert_eq!(
+                (config.roles.writer, config.roles.reader, config.roles.compactor),
+                (writer, reader, compactor)
+            );
+            assert!(matches!(config.metadata, MetadataConfig::Oxia { .. }), "{name}");
+            assert!(matches!(config.storage.wal, ObjectStoreConfig::S3(_)), "{name}");
+            assert_eq!(config.listener.drain_delay, Duration::from_secs(5), "{name}");
         }
     }
 
@@ -525,11 +567,66 @@ mod tests {
     }
 
     #[test]
+    fn the_s3_endpoint_comes_from_the_environment_for_every_s3_root() {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../deploy/writer.toml");
+        let mut config = ServerConfig::from_file(&path).unwrap();
+        config
+            .apply_env(|v| (v == "LAKESTREAM_S3_ENDPOINT").then(|| "http://seaweedfs:8333".into()))
+            .unwrap();
+        for store in [&config.storage.wal, &config.storage.compacted] {
+            match store {
+                ObjectStoreConfig::S3(s3) => {
+                    assert_eq!(s3.endpoint.as_deref(), Some("http://seaweedfs:8333"))
+                }
+                other => panic!("{other:?}"),
+            }
+        }
+        config.validate().unwrap();
+        let err = ServerConfig::default()
+            .apply_env(|v| (v == "LAKESTREAM_S3_ENDPOINT").then(|| "http://seaweedfs:8333".into()))
+            .unwrap_err();
+        assert!(err.to_string().contains("LAKESTREAM_S3_ENDPOINT"), "{err}");
+    }
+
+    #[test]
     fn debug_never_shows_the_oxia_bearer_token() {
         let text = "[metadata]\nbackend = \"oxia\"\naddresses = [\"oxia:6648\"]\nbearer_token = \"hunter2-hunter2-hunter2\"\n";
         let config = ServerConfig::from_toml(text, Path::new("x.toml")).unwrap();
         let shown = format!("{config:?}");
         assert!(!shown.contains("hunter2") && shown.contains("<redacted>"), "{shown}");
+    }
+
+    #[test]
+    fn listener_limits_are_read_and_checked() {
+        let config = ServerConfig::from_toml(
+            "[listener]\nmax_connections = 5\nheader_read_timeout = \"2s\"\nidle_timeout = \"3s\"\n\
+             tls_handshake_timeout = \"4s\"\nhttp2_max_concurrent_streams = 7\ndrain_delay = \"5s\"\n",
+            Path::new("x.toml"),
+        )
+        .unwrap();
+        config.validate().unwrap();
+        assert_eq!(config.listener.max_connections, 5);
+        assert_eq!(config.listener.header_read_timeout, Duration::from_secs(2));
+        assert_eq!(config.listener.idle_timeout, Duration::from_secs(3));
+        assert_eq!(config.listener.tls_handshake_timeout, Duration::from_secs(4));
+        assert_eq!(config.listener.http2_max_concurrent_streams, 7);
+        assert_eq!(config.listener.drain_delay, Duration::from_secs(5));
+        for (key, text) in [
+            ("listener.max_connections", "max_connections = 0"),
+            ("listener.max_connections", "max_connections = 1000001"),
+            ("listener.idle_timeout", "idle_timeout = \"0s\""),
+            ("listener.header_read_timeout", "header_read_timeout = \"0s\""),
+            ("listener.tls_handshake_timeout", "tls_handshake_timeout = \"0s\""),
+            ("listener.http2_max_concurrent_streams", "http2_max_concurrent_streams = 0"),
+        ] {
+            let config =
+                ServerConfig::from_toml(&format!("[listener]\n{text}\n"), Path::new("x.toml")).unwrap();
+            let err = config.validate().unwrap_err().to_string();
+            assert!(err.contains(key), "{text}: {err}");
+        }
+        let err =
+            ServerConfig::from_toml("[listener]\nidle_timeot = \"1s\"\n", Path::new("x.toml")).unwrap_err();
+        assert!(err.to_string().contains("idle_timeot"), "{err}");
     }
 
     #[test]

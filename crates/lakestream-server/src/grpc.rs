@@ -465,12 +465,15 @@ pub async fn serve(
     listener: tokio::net::TcpListener,
     api: Api,
     config: &GrpcConfig,
+    limits: &crate::listener::ListenerConfig,
     tls: Option<tokio_rustls::TlsAcceptor>,
     shutdown: impl Future<Output = ()> + Send,
 ) {
     let metrics = api.metrics().clone();
+    let stats = metrics.grpc_connections.clone();
     let routes = tonic::service::Routes::new(GrpcService::new(api).into_server(config.max_message_bytes));
-    crate::listener::serve_connections(listener, tls, Edge { inner: routes, metrics }, shutdown).await
+    let edge = Edge { inner: routes, metrics };
+    crate::listener::serve_connections(listener, tls, edge, limits, stats, shutdown).await
 }
 
 /// The layer every call passes: assigns the request id before the service sees the call and

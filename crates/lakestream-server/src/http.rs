@@ -4,7 +4,7 @@
 //!
 //! | method | path | what |
 //! |---|---|---|
-//! | GET | `/healthz`, `/readyz` | liveness; readiness (the metadata store answers) |
+//! | GET | `/healthz`, `/readyz` | liveness; readiness (the metadata and object stores answer; 503 once draining) |
 //! | GET | `/metrics` | Prometheus metrics |
 //! | POST, GET | `/v1/namespaces` | create, list namespaces |
 //! | POST, GET | `/v1/namespaces/{ns}/streams` | create, list streams |
@@ -219,7 +219,9 @@ async fn readyz(State(s): State<AppState>) -> ApiResult<Response> {
 
 async fn metrics(State(s): State<AppState>) -> Response {
     let cache = s.stack.reader.as_ref().map(Reader::cache_stats);
-    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], s.metrics.render(cache)).into_response()
+    let mut text = s.metrics.render(cache);
+    s.stack.object_ops.render(&mut text);
+    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text).into_response()
 }
 
 #[derive(Debug, Deserialize)]

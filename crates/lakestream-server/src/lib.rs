@@ -18,6 +18,7 @@ pub mod http;
 pub mod limits;
 pub mod listener;
 pub mod metrics;
+pub mod objects;
 pub mod stack;
 
 use std::future::Future;
@@ -83,7 +84,20 @@ pub async fn serve_all(
     let api = api::Api::new(stack.clone(), metrics, config.http.max_fetch_wait);
     let app = http::router(http::AppState::with_api(api.clone(), config.http.clone()));
     let tls = config.tls.acceptor().map_err(std::io::Error::other)?;
-    serve_listeners(listener, app, grpc_listener, api, &config.grpc, tls, shutdown).await;
+    // A drain: readiness fails at once, requests are served for `listener.drain_delay` more
+    // (load balancers take the instance out), then the listeners close.
+    let drain_delay = config.listener.drain_delay;
+    let draining = api.clone();
+    let shutdown = async move {
+        shutdown.await;
+        draining.start_draining();
+        tracing::info!(
+            ?drain_delay,
+            "shutting down: readiness fails now, listeners close after the drain delay"
+        );
+        tokio::time::sleep(drain_delay).await;
+    };
+    serve_listeners(listener, app, grpc_listener, api, config, tls, shutdown).await;
     // Stop the compaction loop (a running pass is abandoned, safely) before closing the writer.
     let _ = stop.send(true);
     if let Some(task) = compaction {
@@ -101,7 +115,7 @@ async fn serve_listeners(
     app: axum::Router,
     grpc_listener: Option<tokio::net::TcpListener>,
     api: api::Api,
-    grpc_config: &config::GrpcConfig,
+    config: &ServerConfig,
     tls: Option<tokio_rustls::TlsAcceptor>,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) {
@@ -113,10 +127,19 @@ async fn serve_listeners(
     let wait = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
         let _ = rx.wait_for(|stopped| *stopped).await;
     };
-    let http = listener::serve_connections(http_listener, tls.clone(), app, wait(stopped.clone()));
+    let limits = &config.listener;
+    let http_stats = api.metrics().http_connections.clone();
+    let http = listener::serve_connections(
+        http_listener,
+        tls.clone(),
+        app,
+        limits,
+        http_stats,
+        wait(stopped.clone()),
+    );
     let grpc = async {
         if let Some(l) = grpc_listener {
-            grpc::serve(l, api, grpc_config, tls, wait(stopped.clone())).await;
+            grpc::serve(l, api, &config.grpc, limits, tls, wait(stopped.clone())).await;
         }
     };
     tokio::join!(http, grpc);

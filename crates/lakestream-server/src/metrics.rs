@@ -96,6 +96,14 @@ pub struct Metrics {
     pub events_in_flight: AtomicU64,
     /// The compactor role's progress and each log's backlog.
     pub compaction: CompactionMetrics,
+    /// The HTTP listener's connections.
+    pub http_connections: std::sync::Arc<crate::listener::ConnectionStats>,
+    /// The gRPC listener's connections.
+    pub grpc_connections: std::sync::Arc<crate::listener::ConnectionStats>,
+    /// The outcome of the last readiness check: 1 ready, 0 not (or draining).
+    pub ready: AtomicU64,
+    /// Readiness checks that failed (a store did not answer, or the service is draining).
+    pub readiness_failures: AtomicU64,
 }
 
 /// What the compactor role reports: counters of its passes, and per log the backlog it saw
@@ -182,6 +190,37 @@ impl CompactionMetrics {
 }
 
 impl Metrics {
+    fn render_connections(&self, out: &mut String) {
+        type Read = fn(&crate::listener::ConnectionStats) -> u64;
+        let series: [(&str, &str, &str, Read); 4] = [
+            ("lakestream_connections_open", "gauge", "Connections open.", |c| c.open.load(Ordering::Relaxed)),
+            (
+                "lakestream_connections_refused_total",
+                "counter",
+                "Connections refused at listener.max_connections.",
+                |c| c.refused.load(Ordering::Relaxed),
+            ),
+            (
+                "lakestream_connections_idle_closed_total",
+                "counter",
+                "Connections closed after listener.idle_timeout without a request in flight.",
+                |c| c.idle_closed.load(Ordering::Relaxed),
+            ),
+            (
+                "lakestream_tls_handshake_failures_total",
+                "counter",
+                "TLS handshakes that failed or timed out.",
+                |c| c.tls_handshake_failed.load(Ordering::Relaxed),
+            ),
+        ];
+        for (name, kind, help, read) in series {
+            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
+            for (listener, stats) in [("http", &self.http_connections), ("grpc", &self.grpc_connections)] {
+                let _ = writeln!(out, "{name}{{listener=\"{listener}\"}} {}", read(stats));
+            }
+        }
+    }
+
     /// Renders every metric; `cache` adds the reader's object-cache counters.
     pub fn render(&self, cache: Option<lakestream_reader::cache::CacheStats>) -> String {
         let mut out = String::new();
@@ -267,6 +306,19 @@ impl Metrics {
             &self.events_in_flight,
         );
         self.compaction.render(&mut out);
+        let _ = writeln!(
+            out,
+            "# HELP lakestream_ready Outcome of the last readiness check (1 ready, 0 not ready or draining).\n\
+             # TYPE lakestream_ready gauge\nlakestream_ready {}",
+            self.ready.load(Ordering::Relaxed)
+        );
+        counter(
+            &mut out,
+            "lakestream_readiness_failures_total",
+            "Readiness checks that failed (a store did not answer, or draining).",
+            &self.readiness_failures,
+        );
+        self.render_connections(&mut out);
         if let Some(c) = cache {
             let _ = writeln!(
                 out,
@@ -281,6 +333,43 @@ impl Metrics {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Every `lakestream_*` metric the alert rules and the dashboard under `deploy/` query is
+    /// one `/metrics` exposes (histograms with their `_bucket`, `_sum` and `_count` series).
+    #[test]
+    fn the_alerts_and_the_dashboard_query_only_metrics_we_expose() {
+        let mut text = Metrics::default().render(Some(lakestream_reader::cache::CacheStats::default()));
+        crate::objects::ObjectStoreMetrics::default().render(&mut text);
+        let mut exposed = std::collections::BTreeSet::new();
+        for line in text.lines() {
+            if let Some(rest) = line.strip_prefix("# TYPE ") {
+                let mut parts = rest.split(' ');
+                let (name, kind) = (parts.next().unwrap(), parts.next().unwrap());
+                exposed.insert(name.to_string());
+                if kind == "histogram" {
+                    for suffix in ["_bucket", "_sum", "_count"] {
+                        exposed.insert(format!("{name}{suffix}"));
+                    }
+                }
+            }
+        }
+        let deploy = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../deploy");
+        let mut checked = 0;
+        for file in ["prometheus/alerts.yml", "prometheus/alerts_test.yml", "grafana/lakestream.json"] {
+            let content = std::fs::read_to_string(deploy.join(file)).unwrap();
+            let mut rest = content.as_str();
+            while let Some(at) = rest.find("lakestream_") {
+                let name: String = rest[at..]
+                    .chars()
+                    .take_while(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == '_')
+                    .collect();
+                assert!(exposed.contains(&name), "{file} queries {name}, which /metrics does not expose");
+                checked += 1;
+                rest = &rest[at + name.len()..];
+            }
+        }
+        assert!(checked > 40, "only {checked} metric references found");
+    }
 
     #[test]
     fn histogram_buckets_are_cumulative() {

@@ -44,6 +44,8 @@ pub struct Stack {
     pub limiter: Arc<crate::limits::RateLimiter>,
     /// The CloudEvents deduplication ledger (and the clock ingest stamps events with).
     pub ledger: lakestream_cloudevents::ledger::Ledger,
+    /// Operations on both object-store roots, for `/metrics`.
+    pub object_ops: Arc<crate::objects::ObjectStoreMetrics>,
 }
 
 /// Why a service could not start; names the component.
@@ -98,8 +100,15 @@ impl Stack {
         let reads = config.roles.reader.then_some(u32::from(config.reader.format_version));
         crate::deployment::record_or_check_format_version(meta.as_ref(), &config.catalog.partition, writes, reads)
             .await?;
-        let wal = open_objects("storage.wal", &config.storage.wal)?;
-        let compacted = open_objects("storage.compacted", &config.storage.compacted)?;
+        let object_ops = Arc::new(crate::objects::ObjectStoreMetrics::default());
+        let wal: Arc<dyn ObjectStore> = Arc::new(crate::objects::Counted::new(
+            open_objects("storage.wal", &config.storage.wal)?,
+            object_ops.wal.clone(),
+        ));
+        let compacted: Arc<dyn ObjectStore> = Arc::new(crate::objects::Counted::new(
+            open_objects("storage.compacted", &config.storage.compacted)?,
+            object_ops.compacted.clone(),
+        ));
         let catalog = Catalog::new(meta.clone(), config.catalog.clone())?;
         match catalog.create_namespace(DEFAULT_NAMESPACE, BTreeMap::new()).await {
             Ok(_) | Err(CatalogError::NamespaceExists { .. }) => {}
@@ -166,6 +175,7 @@ impl Stack {
             clock,
             limiter,
             ledger,
+            object_ops,
         })
     }
 

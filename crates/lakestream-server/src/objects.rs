@@ -1,0 +1,178 @@
+//! Counts the object-store operations of each root for `/metrics`
+//! (`lakestream_object_store_operations_total{root, operation}`): a decorator over any
+//! [`ObjectStore`]. These are the operations the roles ask for; the S3 backend's retries and
+//! the parts of a multipart upload are not counted separately. PUTs cost money on S3, so the
+//! alert rules watch their rate.
+
+use std::fmt::Write as _;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use futures::stream::BoxStream;
+use lakestream_objstore::{
+    ByteRange, ObjectMeta, ObjectPath, ObjectPrefix, ObjectResult, ObjectStore, WriteOnce,
+};
+
+/// The operations counted, in the order of [`OperationCounts::counts`].
+const OPERATIONS: [&str; 7] = ["put", "get", "get_range", "head", "delete", "delete_many", "list"];
+
+/// Per-operation counters of one root, and how many of them failed.
+#[derive(Debug, Default)]
+pub struct OperationCounts {
+    counts: [AtomicU64; OPERATIONS.len()],
+    errors: [AtomicU64; OPERATIONS.len()],
+}
+
+impl OperationCounts {
+    fn record<T>(&self, operation: usize, result: &ObjectResult<T>) {
+        self.counts[operation].fetch_add(1, Ordering::Relaxed);
+        if result.is_err() {
+            self.errors[operation].fetch_add(1, Ordering::Relaxed);
+        }
+    }
+}
+
+/// The counters of both roots.
+#[derive(Debug, Default)]
+pub struct ObjectStoreMetrics {
+    /// `storage.wal`.
+    pub wal: Arc<OperationCounts>,
+    /// `storage.compacted`.
+    pub compacted: Arc<OperationCounts>,
+}
+
+impl ObjectStoreMetrics {
+    /// Appends the counters in the Prometheus text format.
+    pub fn render(&self, out: &mut String) {
+        for (name, help, errors) in [
+            (
+                "lakestream_object_store_operations_total",
+                "Object-store operations, per root and operation.",
+                false,
+            ),
+            (
+                "lakestream_object_store_errors_total",
+                "Object-store operations that failed, per root and operation.",
+                true,
+            ),
+        ] {
+            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} counter");
+            for (root, counts) in [("wal", &self.wal), ("compacted", &self.compacted)] {
+                for (i, operation) in OPERATIONS.iter().enumerate() {
+                    let value = if errors { &counts.errors[i] } else { &counts.counts[i] };
+                    let _ = writeln!(
+                        out,
+                        "{name}{{root=\"{root}\",operation=\"{operation}\"}} {}",
+                        value.load(Ordering::Relaxed)
+                    );
+                }
+            }
+        }
+    }
+}
+
+/// An object store whose operations are counted.
+#[derive(Debug)]
+pub struct Counted {
+    inner: Arc<dyn ObjectStore>,
+    counts: Arc<OperationCounts>,
+}
+
+impl Counted {
+    /// Counts the operations on `inner` in `counts`.
+    pub fn new(inner: Arc<dyn ObjectStore>, counts: Arc<OperationCounts>) -> Self {
+        Counted { inner, counts }
+    }
+}
+
+#[async_trait]
+impl ObjectStore for Counted {
+    async fn put(&self, path: &ObjectPath, bytes: Bytes) -> ObjectResult<()> {
+        let result = self.inner.put(path, bytes).await;
+        self.counts.record(0, &result);
+        result
+    }
+
+    async fn get(&self, path: &ObjectPath) -> ObjectResult<Bytes> {
+        let result = self.inner.get(path).await;
+        self.counts.record(1, &result);
+        result
+    }
+
+    async fn get_range(&self, path: &ObjectPath, range: ByteRange) -> ObjectResult<Bytes> {
+        let result = self.inner.get_range(path, range).await;
+        self.counts.record(2, &result);
+        result
+    }
+
+    async fn head(&self, path: &ObjectPath) -> ObjectResult<ObjectMeta> {
+        let result = self.inner.head(path).await;
+        self.counts.record(3, &result);
+        result
+    }
+
+    async fn delete(&self, path: &ObjectPath) -> ObjectResult<()> {
+        let result = self.inner.delete(path).await;
+        self.counts.record(4, &result);
+        result
+    }
+
+    async fn delete_many(&self, paths: &[ObjectPath]) -> ObjectResult<()> {
+        let result = self.inner.delete_many(paths).await;
+        self.counts.record(5, &result);
+        result
+    }
+
+    fn list(
+        &self,
+        prefix: &ObjectPrefix,
+        start_after: Option<&ObjectPath>,
+    ) -> BoxStream<'static, ObjectResult<ObjectMeta>> {
+        // One count per listing (its pages are fetched lazily by the stream).
+        self.counts.counts[6].fetch_add(1, Ordering::Relaxed);
+        self.inner.list(prefix, start_after)
+    }
+
+    fn write_once(&self) -> WriteOnce {
+        self.inner.write_once()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn operations_are_counted_per_root_and_operation() {
+        let metrics = ObjectStoreMetrics::default();
+        let store = Counted::new(
+            Arc::new(lakestream_objstore::InMemoryStore::new(Arc::new(lakestream_format::SystemClock))),
+            metrics.wal.clone(),
+        );
+        let path = ObjectPath::new("a/b").unwrap();
+        store.put(&path, Bytes::from_static(b"x")).await.unwrap();
+        store.put(&path, Bytes::from_static(b"y")).await.unwrap_err();
+        store.get(&path).await.unwrap();
+        let mut out = String::new();
+        metrics.render(&mut out);
+        assert!(
+            out.contains("lakestream_object_store_operations_total{root=\"wal\",operation=\"put\"} 2\n"),
+            "{out}"
+        );
+        assert!(
+            out.contains("lakestream_object_store_errors_total{root=\"wal\",operation=\"put\"} 1\n"),
+            "{out}"
+        );
+        assert!(
+            out.contains("lakestream_object_store_operations_total{root=\"wal\",operation=\"get\"} 1\n"),
+            "{out}"
+        );
+        assert!(
+            out.contains(
+                "lakestream_object_store_operations_total{root=\"compacted\",operation=\"put\"} 0\n"
+            )
+        );
+    }
+}
