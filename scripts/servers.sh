@@ -70,6 +70,13 @@ install_oxia() {
   log "Oxia server: $OXIA_BIN"
 }
 
+# promtool, for scripts/check-deploy (Debian's `prometheus` package; the machine's apt).
+install_promtool() {
+  if command -v promtool >/dev/null 2>&1; then return 0; fi
+  log "installing promtool (Debian package prometheus) with apt-get (once)"
+  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq prometheus >/dev/null
+}
+
 install_python_tools() {
   if [ -x "$PYENV_DIR/bin/python" ] && "$PYENV_DIR/bin/python" -c 'import pyarrow, kafka, cloudevents.core' 2>/dev/null; then
     return 0

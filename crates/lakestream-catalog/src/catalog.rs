@@ -240,7 +240,10 @@ impl Catalog {
         }
         debug!(namespace, name, first_log_id = ids.start, partitions, "claimed stream identity");
         let published = self.complete_expansion(namespace, name).await?;
-        info!(namespace, name, logs = ?published.value.layout, "created stream");
+        let layout = &published.value.layout;
+        // A stream may have many thousands of partitions: the log line names the range only.
+        let (first_log, last_log) = (layout.first().copied(), layout.last().copied());
+        info!(namespace, name, partitions = layout.len(), ?first_log, ?last_log, "created stream");
         Ok(stream_of(published))
     }
 
