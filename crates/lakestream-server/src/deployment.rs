@@ -245,7 +245,8 @@ mod tests {
         record_or_check_format_version(&v3, "cat", true, Some(3)).await.expect("again, the same");
         record_or_check_format_version(&v3, "cat", false, Some(3)).await.expect("a v3 reader");
         for legacy_version in [1, 2] {
-            let err = record_or_check_format_version(&v3, "cat", false, Some(legacy_version)).await.unwrap_err();
+            let err =
+                record_or_check_format_version(&v3, "cat", false, Some(legacy_version)).await.unwrap_err();
             let message = err.to_string();
             assert!(matches!(err, FormatVersionError::LegacyReaderBesideV3 { recorded: 3, .. }), "{message}");
             assert!(message.starts_with(&format!("reader.format_version is {legacy_version}")), "{message}");

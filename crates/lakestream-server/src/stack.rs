@@ -98,8 +98,13 @@ impl Stack {
         // One format version per deployment, across processes too.
         let writes = config.roles.writer || config.roles.compactor;
         let reads = config.roles.reader.then_some(u32::from(config.reader.format_version));
-        crate::deployment::record_or_check_format_version(meta.as_ref(), &config.catalog.partition, writes, reads)
-            .await?;
+        crate::deployment::record_or_check_format_version(
+            meta.as_ref(),
+            &config.catalog.partition,
+            writes,
+            reads,
+        )
+        .await?;
         let object_ops = Arc::new(crate::objects::ObjectStoreMetrics::default());
         let wal: Arc<dyn ObjectStore> = Arc::new(crate::objects::Counted::new(
             open_objects("storage.wal", &config.storage.wal)?,
