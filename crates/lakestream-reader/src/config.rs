@@ -8,9 +8,14 @@ use serde::Deserialize;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
 #[serde(rename_all = "snake_case")]
 pub enum WalReadMode {
-    /// One GET of the whole object, cached: later reads of the object's other logs cost
-    /// nothing. The default; best when one object serves several logs or readers.
+    /// Whole objects for sections of a quarter of the object or more (and for objects in
+    /// the cache), ranged reads of the log's span for smaller sections: writers put many logs
+    /// in one object, each log's payloads together, so a reader of one log reads its share,
+    /// not the whole object. The default.
     #[default]
+    Adaptive,
+    /// One GET of the whole object, cached: later reads of the object's other logs cost
+    /// nothing. Best when one reader serves every log of the objects it reads.
     Whole,
     /// A ranged GET of the index region (with a 4 KiB guess, a second one when the index is
     /// larger), then a ranged GET of the log's payload span. Fewer bytes per read, more
@@ -61,7 +66,7 @@ impl Default for ReaderConfig {
             tail_poll_max: Duration::from_millis(50),
             missing_object_retries: 3,
             format_version: 3,
-            wal_read: WalReadMode::Whole,
+            wal_read: WalReadMode::Adaptive,
             index_cache_ttl: Duration::from_secs(5),
             index_cache_records: 100_000,
         }

@@ -333,9 +333,24 @@ impl Reader {
             detail,
         };
         let wanted = Wanted { start, from, budget, timestamp_ms: record.created_ms };
-        match self.inner.config.wal_read {
-            WalReadMode::Whole => {
-                let object = match self.inner.wal_objects.get(&raw.location) {
+        let mode = self.inner.config.wal_read;
+        let cached = match mode {
+            WalReadMode::Ranged => None,
+            WalReadMode::Whole | WalReadMode::Adaptive => self.inner.wal_objects.get(&raw.location),
+        };
+        // Adaptive: a log whose section is a small share of a many-log object reads just its
+        // span; a cached object, or a section of a quarter of the object or more, reads whole.
+        let whole = cached.is_some()
+            || match mode {
+                WalReadMode::Whole => true,
+                WalReadMode::Ranged => false,
+                WalReadMode::Adaptive => raw.file_size.is_none_or(|region| {
+                    raw.entry_size_bytes.saturating_mul(4) >= u64::try_from(region).unwrap_or(0)
+                }),
+            };
+        match whole {
+            true => {
+                let object = match cached {
                     Some(object) => object,
                     None => {
                         let bytes = match self.get_object(&self.inner.deps.wal, log_id, &raw.location).await?
@@ -356,7 +371,7 @@ impl Reader {
                 section.check_matches_record(raw).map_err(|e| corrupt(e.to_string()))?;
                 wanted.take(section, object.payload_region(), 0).map(Attempt::Done).map_err(corrupt)
             }
-            WalReadMode::Ranged => {
+            false => {
                 let (section, part, part_start) = match self.read_section_ranged(log_id, record, raw).await? {
                     Attempt::Done(got) => got,
                     Attempt::Missing(o) => return Ok(Attempt::Missing(o)),

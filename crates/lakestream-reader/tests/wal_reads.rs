@@ -1,0 +1,125 @@
+//! How much of a WAL object a read fetches: with many logs in one object (the writer's
+//! default), a reader of one log fetches that log's share, not the whole object.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use futures::stream::BoxStream;
+use lakestream_format::{LogId, LogRef, SystemClock};
+use lakestream_meta::InMemoryStore;
+use lakestream_meta::lease::SeededTokens;
+use lakestream_objstore::{
+    ByteRange, InMemoryStore as MemObjects, ObjectMeta, ObjectPath, ObjectPrefix, ObjectResult, ObjectStore,
+    WriteOnce,
+};
+use lakestream_reader::{Reader, ReaderConfig, ReaderDeps, WalReadMode};
+use lakestream_writer::{Writer, WriterConfig, WriterDeps};
+
+/// An object store that counts the bytes its reads return.
+#[derive(Debug)]
+struct Counted {
+    inner: Arc<dyn ObjectStore>,
+    fetched: AtomicU64,
+}
+
+impl Counted {
+    fn count(&self, bytes: ObjectResult<Bytes>) -> ObjectResult<Bytes> {
+        if let Ok(b) = &bytes {
+            self.fetched.fetch_add(b.len() as u64, Ordering::SeqCst);
+        }
+        bytes
+    }
+}
+
+#[async_trait]
+impl ObjectStore for Counted {
+    async fn put(&self, path: &ObjectPath, bytes: Bytes) -> ObjectResult<()> {
+        self.inner.put(path, bytes).await
+    }
+    async fn get(&self, path: &ObjectPath) -> ObjectResult<Bytes> {
+        let got = self.inner.get(path).await;
+        self.count(got)
+    }
+    async fn get_range(&self, path: &ObjectPath, range: ByteRange) -> ObjectResult<Bytes> {
+        let got = self.inner.get_range(path, range).await;
+        self.count(got)
+    }
+    async fn head(&self, path: &ObjectPath) -> ObjectResult<ObjectMeta> {
+        self.inner.head(path).await
+    }
+    async fn delete(&self, path: &ObjectPath) -> ObjectResult<()> {
+        self.inner.delete(path).await
+    }
+    async fn delete_many(&self, paths: &[ObjectPath]) -> ObjectResult<()> {
+        self.inner.delete_many(paths).await
+    }
+    fn list(
+        &self,
+        prefix: &ObjectPrefix,
+        start_after: Option<&ObjectPath>,
+    ) -> BoxStream<'static, ObjectResult<ObjectMeta>> {
+        self.inner.list(prefix, start_after)
+    }
+    fn write_once(&self) -> WriteOnce {
+        self.inner.write_once()
+    }
+}
+
+/// The default read mode fetches one log's span of an object that holds eight logs equally
+/// (its eighth, plus the index); the whole-object mode fetches the object; a log that is most
+/// of its object is read whole.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reader_of_one_log_fetches_its_share_of_a_many_log_object() {
+    const ENTRY: usize = 10 << 10;
+    let meta: Arc<InMemoryStore> = Arc::new(InMemoryStore::new());
+    let wal: Arc<dyn ObjectStore> = Arc::new(MemObjects::new(Arc::new(SystemClock)));
+    let deps = WriterDeps {
+        meta: meta.clone(),
+        objects: wal.clone(),
+        clock: Arc::new(SystemClock),
+        tokens: Arc::new(SeededTokens::new(3)),
+    };
+    let w = Writer::start(
+        WriterConfig { flush_window: Duration::from_millis(200), ..WriterConfig::default() },
+        deps,
+    )
+    .unwrap();
+    let appends = (0..8u64).map(|log| {
+        let w = w.clone();
+        async move { w.append(LogId(log), Bytes::from(vec![log as u8; ENTRY]), 1).await.unwrap() }
+    });
+    futures::future::join_all(appends).await;
+    // And a log alone in an object of its own.
+    w.append(LogId(9), Bytes::from(vec![9u8; ENTRY]), 1).await.unwrap();
+    w.close().await;
+
+    let fetched_by = |mode: WalReadMode, log: u64| {
+        let (meta, wal) = (meta.clone(), wal.clone());
+        async move {
+            let counted = Arc::new(Counted { inner: wal, fetched: AtomicU64::new(0) });
+            let deps = ReaderDeps {
+                meta,
+                wal: counted.clone(),
+                compacted: Arc::new(MemObjects::new(Arc::new(SystemClock))),
+            };
+            let reader =
+                Reader::new(ReaderConfig { wal_read: mode, ..ReaderConfig::default() }, deps).unwrap();
+            let log_ref = LogRef { log_id: LogId(log), namespace: "ns".into(), stream: "s".into() };
+            let batch = reader.read(&log_ref, 0, 1 << 20, Duration::ZERO).await.unwrap();
+            assert_eq!(batch.entries.len(), 1);
+            assert_eq!(batch.entries[0].payload, Bytes::from(vec![log as u8; ENTRY]));
+            counted.fetched.load(Ordering::SeqCst) as usize
+        }
+    };
+    assert_eq!(ReaderConfig::default().wal_read, WalReadMode::Adaptive);
+    let adaptive = fetched_by(WalReadMode::Adaptive, 3).await;
+    let whole = fetched_by(WalReadMode::Whole, 3).await;
+    assert!(whole >= 8 * ENTRY, "whole mode fetched {whole} bytes");
+    assert!(adaptive < 2 * ENTRY, "adaptive mode fetched {adaptive} bytes for a {ENTRY}-byte entry");
+    // A log that is its whole object: one GET of the object.
+    let alone = fetched_by(WalReadMode::Adaptive, 9).await;
+    assert!((ENTRY..2 * ENTRY).contains(&alone), "{alone}");
+}
