@@ -68,11 +68,21 @@ struct Inner {
     deps: ReaderDeps,
     objects: ObjectCache,
     /// Parsed WAL objects, so that reading another record of a cached object does not parse
-    /// its index region again.
-    wal_objects: ObjectCache<Arc<WalObject>>,
+    /// its index region again, and the sections read with ranged GETs (keyed
+    /// `{object}#{log}`), in one cache with one bound.
+    wal_objects: ObjectCache<CachedWal>,
     index: IndexCache,
     companions: Mutex<HashMap<String, Arc<Companion>>>,
     appended: watch::Sender<u64>,
+}
+
+/// What the WAL cache holds: a whole parsed object, or one log's section of one, read with
+/// ranged GETs (the section, the payload bytes read, and where they start in the payload
+/// region).
+#[derive(Debug, Clone)]
+enum CachedWal {
+    Object(Arc<WalObject>),
+    Section(Arc<(wal::LogSection, Bytes, u64)>),
 }
 
 /// Why one attempt at a record failed in a way a fresh lookup can fix.
@@ -336,7 +346,10 @@ impl Reader {
         let mode = self.inner.config.wal_read;
         let cached = match mode {
             WalReadMode::Ranged => None,
-            WalReadMode::Whole | WalReadMode::Adaptive => self.inner.wal_objects.get(&raw.location),
+            WalReadMode::Whole | WalReadMode::Adaptive => match self.inner.wal_objects.get(&raw.location) {
+                Some(CachedWal::Object(object)) => Some(object),
+                _ => None,
+            },
         };
         // Adaptive: a log whose section is a small share of a many-log object reads just its
         // span; a cached object, or a section of a quarter of the object or more, reads whole.
@@ -360,7 +373,11 @@ impl Reader {
                         };
                         let weight = bytes.len();
                         let object = Arc::new(WalObject::parse(bytes).map_err(|e| corrupt(e.to_string()))?);
-                        self.inner.wal_objects.insert(&raw.location, object.clone(), weight);
+                        self.inner.wal_objects.insert(
+                            &raw.location,
+                            CachedWal::Object(object.clone()),
+                            weight,
+                        );
                         object
                     }
                 };
@@ -372,12 +389,29 @@ impl Reader {
                 wanted.take(section, object.payload_region(), 0).map(Attempt::Done).map_err(corrupt)
             }
             false => {
-                let (section, part, part_start) = match self.read_section_ranged(log_id, record, raw).await? {
-                    Attempt::Done(got) => got,
-                    Attempt::Missing(o) => return Ok(Attempt::Missing(o)),
+                // Adaptive reads cache the section they read; the ranged mode caches nothing.
+                let key = format!("{}#{}", raw.location, log_id.0);
+                let cached = match (mode, self.inner.wal_objects.get(&key)) {
+                    (WalReadMode::Adaptive, Some(CachedWal::Section(section))) => Some(section),
+                    _ => None,
                 };
+                let got = match cached {
+                    Some(got) => got,
+                    None => {
+                        let got = match self.read_section_ranged(log_id, record, raw).await? {
+                            Attempt::Done(got) => Arc::new(got),
+                            Attempt::Missing(o) => return Ok(Attempt::Missing(o)),
+                        };
+                        if mode == WalReadMode::Adaptive {
+                            let weight = got.1.len() + 16 * got.0.entries.len();
+                            self.inner.wal_objects.insert(&key, CachedWal::Section(got.clone()), weight);
+                        }
+                        got
+                    }
+                };
+                let (section, part, part_start) = &*got;
                 section.check_matches_record(raw).map_err(|e| corrupt(e.to_string()))?;
-                wanted.take(&section, &part, part_start).map(Attempt::Done).map_err(corrupt)
+                wanted.take(section, part, *part_start).map(Attempt::Done).map_err(corrupt)
             }
         }
     }

@@ -122,4 +122,19 @@ async fn a_reader_of_one_log_fetches_its_share_of_a_many_log_object() {
     // A log that is its whole object: one GET of the object.
     let alone = fetched_by(WalReadMode::Adaptive, 9).await;
     assert!((ENTRY..2 * ENTRY).contains(&alone), "{alone}");
+
+    // A section read with ranged GETs is cached: reading it again fetches nothing.
+    let counted = Arc::new(Counted { inner: wal.clone(), fetched: AtomicU64::new(0) });
+    let deps = ReaderDeps {
+        meta: meta.clone(),
+        wal: counted.clone(),
+        compacted: Arc::new(MemObjects::new(Arc::new(SystemClock))),
+    };
+    let reader = Reader::new(ReaderConfig::default(), deps).unwrap();
+    let log = LogRef { log_id: LogId(3), namespace: "ns".into(), stream: "s".into() };
+    let first = reader.read(&log, 0, 1 << 20, Duration::ZERO).await.unwrap();
+    let after_first = counted.fetched.load(Ordering::SeqCst);
+    let again = reader.read(&log, 0, 1 << 20, Duration::ZERO).await.unwrap();
+    assert_eq!(first.entries, again.entries);
+    assert_eq!(counted.fetched.load(Ordering::SeqCst), after_first, "the second read came from the cache");
 }
