@@ -297,10 +297,12 @@ struct ServeArgs {
     /// The TOML configuration file.
     #[arg(long, short)]
     config: PathBuf,
-    /// Where the HTTP API listens (overrides the file and LAKESTREAM_HTTP_ADDR).
+    /// Where the HTTP API listens (overrides the file, LAKESTREAM_HTTP__ADDR and
+    /// LAKESTREAM_HTTP_ADDR).
     #[arg(long)]
     http_addr: Option<SocketAddr>,
-    /// Where the gRPC API listens, or `off` (overrides the file and LAKESTREAM_GRPC_ADDR).
+    /// Where the gRPC API listens, or `off` (overrides the file, LAKESTREAM_GRPC__ADDR and
+    /// LAKESTREAM_GRPC_ADDR).
     #[arg(long)]
     grpc_addr: Option<GrpcAddr>,
     /// How long CloudEvents ingest deduplicates retries, at most 24h (overrides
@@ -311,8 +313,13 @@ struct ServeArgs {
 
 impl ServeArgs {
     fn load(&self) -> Result<ServerConfig, String> {
-        let mut c = ServerConfig::from_file(&self.config).map_err(|e| e.to_string())?;
-        c.apply_env(|v| std::env::var(v).ok()).map_err(|e| e.to_string())?;
+        self.load_with(process_env())
+    }
+
+    /// The file, then the environment `env` (`LAKESTREAM_SECTION__KEY` and the aliases),
+    /// then the flags.
+    fn load_with(&self, env: impl IntoIterator<Item = (String, String)>) -> Result<ServerConfig, String> {
+        let mut c = ServerConfig::load(&self.config, env).map_err(|e| e.to_string())?;
         if let Some(addr) = self.http_addr {
             c.http.addr = addr;
         }
@@ -340,6 +347,13 @@ impl ServeArgs {
         *only(&mut c.roles) = true;
         Ok(c)
     }
+}
+
+/// The process's environment variables whose names are Unicode (a value that is not is
+/// passed lossily, so a setting's variable fails with its name rather than vanishing).
+fn process_env() -> impl Iterator<Item = (String, String)> {
+    std::env::vars_os()
+        .filter_map(|(name, value)| Some((name.into_string().ok()?, value.to_string_lossy().into_owned())))
 }
 
 /// A `--grpc-addr` value: `host:port`, or `off` for no gRPC listener.
@@ -379,5 +393,53 @@ async fn shutdown_signal() {
     #[cfg(not(unix))]
     {
         let _ = tokio::signal::ctrl_c().await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn serve(args: &[&str]) -> ServeArgs {
+        let file = concat!(env!("CARGO_MANIFEST_DIR"), "/../../deploy/writer.toml");
+        let argv: Vec<&str> =
+            ["lakestream", "serve", "--config", file].into_iter().chain(args.iter().copied()).collect();
+        match Cli::try_parse_from(argv).unwrap().command {
+            Command::Serve(args) => args,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    fn env(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
+        pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+    }
+
+    /// Flags over the environment over the file over the defaults.
+    #[test]
+    fn flags_override_the_environment_which_overrides_the_file() {
+        let file = serve(&[]).load_with([]).unwrap();
+        assert_eq!(file.http.addr.port(), 8080);
+        assert_eq!(file.writer.flush_window, std::time::Duration::from_millis(250));
+        let vars = env(&[
+            ("LAKESTREAM_HTTP__ADDR", "0.0.0.0:1111"),
+            ("LAKESTREAM_WRITER__FLUSH_WINDOW", "20ms"),
+            ("LAKESTREAM_CLOUDEVENTS_DEDUP_WINDOW", "30m"),
+        ]);
+        let from_env = serve(&[]).load_with(vars.clone()).unwrap();
+        assert_eq!(from_env.http.addr.port(), 1111);
+        assert_eq!(from_env.writer.flush_window, std::time::Duration::from_millis(20));
+        assert_eq!(from_env.cloudevents.dedup_window, std::time::Duration::from_secs(1800));
+        let flagged = serve(&["--http-addr", "0.0.0.0:2222", "--cloudevents-dedup-window", "2h"])
+            .load_with(vars)
+            .unwrap();
+        assert_eq!(flagged.http.addr.port(), 2222);
+        assert_eq!(flagged.cloudevents.dedup_window, std::time::Duration::from_secs(7200));
+        assert_eq!(flagged.writer.flush_window, std::time::Duration::from_millis(20));
+    }
+
+    #[test]
+    fn a_mistyped_setting_variable_stops_the_start_naming_it() {
+        let err = serve(&[]).load_with(env(&[("LAKESTREAM_WRITER__FLUSH_WINDW", "1ms")])).unwrap_err();
+        assert!(err.contains("LAKESTREAM_WRITER__FLUSH_WINDW"), "{err}");
     }
 }

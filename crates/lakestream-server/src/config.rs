@@ -1,8 +1,11 @@
 //! Service configuration: one TOML file, environment variables and flags.
 //!
 //! Precedence, highest first: command-line flags, `LAKESTREAM_*` environment variables, the
-//! TOML file, the defaults. Unknown keys are refused with an error naming them, so a typo
-//! never silently falls back to a default.
+//! TOML file, the defaults. One rule maps variables to keys: `LAKESTREAM_` then the key's
+//! levels joined by `__` (`LAKESTREAM_WRITER__FLUSH_WINDOW` sets `writer.flush_window`), plus
+//! a few documented aliases ([`ENV_ALIASES`]). The file and the variables are merged by
+//! `figment`. Unknown keys are refused with an error naming them (and the variable), so a
+//! typo never silently falls back to a default.
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -288,11 +291,13 @@ pub enum ConfigError {
         /// The parser's message, naming the key and line.
         message: String,
     },
-    /// An environment variable holds a bad value.
-    #[error("environment variable {var}: {message}")]
+    /// An environment variable holds a bad value, names no setting, or clashes with another.
+    #[error("environment variable {var}{}: {message}", setting_of(.key))]
     Env {
-        /// The variable.
-        var: &'static str,
+        /// The variable (or variables, comma-separated).
+        var: String,
+        /// The setting it sets, e.g. `writer.flush_window`.
+        key: String,
         /// What is wrong.
         message: String,
     },
@@ -306,11 +311,220 @@ pub enum ConfigError {
     },
 }
 
+/// ` (setting KEY)`, or nothing when the variable names no key.
+fn setting_of(key: &str) -> String {
+    if key.is_empty() { String::new() } else { format!(" (setting {key})") }
+}
+
 /// Parses a human-readable duration such as `1h`, `90s` or `1h 30m` (for flags and
 /// environment variables); the error says what was wrong.
 pub fn parse_duration(text: &str) -> Result<Duration, String> {
     humantime_serde::re::humantime::parse_duration(text)
         .map_err(|e| format!("{text:?} is not a duration such as 1h ({e})"))
+}
+
+/// Every environment variable whose name starts with this and contains [`ENV_SEPARATOR`] is a
+/// setting: `LAKESTREAM_WRITER__FLUSH_WINDOW` sets `writer.flush_window`.
+pub const ENV_PREFIX: &str = "LAKESTREAM_";
+
+/// Separates the levels of a setting's key in an environment variable's name.
+pub const ENV_SEPARATOR: &str = "__";
+
+/// The documented short names kept from before the general rule, and the keys each sets.
+/// `LAKESTREAM_OXIA_ADDRESSES` also switches `metadata` to Oxia, and `LAKESTREAM_S3_ENDPOINT`
+/// sets the endpoint of every S3 root.
+pub const ENV_ALIASES: [(&str, &[&str]); 5] = [
+    ("LAKESTREAM_HTTP_ADDR", &["http.addr"]),
+    ("LAKESTREAM_GRPC_ADDR", &["grpc.addr"]),
+    ("LAKESTREAM_OXIA_ADDRESSES", &["metadata.addresses"]),
+    ("LAKESTREAM_S3_ENDPOINT", &["storage.wal.endpoint", "storage.compacted.endpoint"]),
+    ("LAKESTREAM_CLOUDEVENTS_DEDUP_WINDOW", &["cloudevents.dedup_window"]),
+];
+
+/// Keys whose values are secrets: an error about them, or about a section holding them, never
+/// shows the value.
+const SECRET_KEYS: [&str; 6] = [
+    "metadata.bearer_token",
+    "storage.wal.secret_access_key",
+    "storage.wal.session_token",
+    "storage.compacted.secret_access_key",
+    "storage.compacted.session_token",
+    "auth.tokens",
+];
+
+/// The name figment's metadata gives a value that came from an environment variable (the
+/// variable's name is the metadata's custom source).
+const ENV_SOURCE_NAME: &str = "environment variable";
+
+/// One environment variable under the general rule: a figment provider of one value at one key.
+#[derive(Debug, Clone)]
+struct EnvSetting {
+    /// The variable, e.g. `LAKESTREAM_WRITER__FLUSH_WINDOW`.
+    var: String,
+    /// The key, e.g. `writer.flush_window`.
+    key: String,
+    /// The value, parsed as figment parses environment variables: `true`/`false`, numbers,
+    /// `[a, b]` arrays, `{k = v}` tables, `"quoted"` strings, anything else a string.
+    value: figment::value::Value,
+}
+
+impl figment::Provider for EnvSetting {
+    fn metadata(&self) -> figment::Metadata {
+        figment::Metadata::from(ENV_SOURCE_NAME, figment::Source::Custom(self.var.clone()))
+    }
+
+    fn data(&self) -> Result<figment::value::Map<figment::Profile, figment::value::Dict>, figment::Error> {
+        let dict = figment::util::nest(&self.key, self.value.clone())
+            .into_dict()
+            .ok_or_else(|| figment::Error::from(format!("{} names no key", self.var)))?;
+        Ok(figment::Profile::Default.collect(dict))
+    }
+}
+
+/// The `LAKESTREAM_*` environment variables that configure a service: the settings (names
+/// with `__`) and the aliases. Every other variable is left alone (`LAKESTREAM_TOOLS`,
+/// `LAKESTREAM_TEST_*`, a `token_env` variable and so on are not settings).
+#[derive(Debug, Default)]
+struct EnvOverrides {
+    settings: Vec<EnvSetting>,
+    aliases: std::collections::BTreeMap<&'static str, String>,
+}
+
+impl EnvOverrides {
+    fn read(env: impl IntoIterator<Item = (String, String)>) -> Result<EnvOverrides, ConfigError> {
+        let mut found = EnvOverrides::default();
+        for (var, value) in env {
+            let Some(rest) = var.strip_prefix(ENV_PREFIX) else { continue };
+            if !rest.contains(ENV_SEPARATOR) {
+                if let Some((alias, _)) = ENV_ALIASES.iter().find(|(alias, _)| *alias == var) {
+                    found.aliases.insert(alias, value);
+                }
+                continue;
+            }
+            let levels: Vec<&str> = rest.split(ENV_SEPARATOR).collect();
+            if levels
+                .iter()
+                .any(|l| l.is_empty() || !l.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_'))
+            {
+                return Err(ConfigError::Env {
+                    key: String::new(),
+                    message: format!(
+                        "names no setting: a setting's variable is {ENV_PREFIX} and its key's levels in \
+                         capitals joined by {ENV_SEPARATOR}, e.g. LAKESTREAM_WRITER__FLUSH_WINDOW for \
+                         writer.flush_window"
+                    ),
+                    var,
+                });
+            }
+            let key = levels.iter().map(|l| l.to_ascii_lowercase()).collect::<Vec<_>>().join(".");
+            let value = value.parse().unwrap_or_else(|never: std::convert::Infallible| match never {});
+            found.settings.push(EnvSetting { var, key, value });
+        }
+        // Later variables win at the same key; sort so that the outcome does not depend on the
+        // environment's order.
+        found.settings.sort_by(|a, b| a.var.cmp(&b.var));
+        for (alias, keys) in ENV_ALIASES {
+            if !found.aliases.contains_key(alias) {
+                continue;
+            }
+            if let Some(clash) = found.settings.iter().find(|s| keys.contains(&s.key.as_str())) {
+                return Err(ConfigError::Env {
+                    var: format!("{alias}, {}", clash.var),
+                    key: clash.key.clone(),
+                    message: "both set the same setting; set one of them".into(),
+                });
+            }
+        }
+        Ok(found)
+    }
+
+    /// The error for a value figment could not use, naming the variable (or, for a value
+    /// from the file, the file) and the key; never showing a secret.
+    fn describe(&self, errors: figment::Error, path: &Path) -> ConfigError {
+        let Some(e) = errors.into_iter().next() else {
+            return ConfigError::Parse { path: path.to_path_buf(), message: "unknown error".into() };
+        };
+        let key = e.path.join(".");
+        let secret = !key.is_empty() && SECRET_KEYS.iter().any(|s| related(s, &key));
+        let what = describe_kind(&e.kind, secret);
+        let var = e.metadata.as_ref().and_then(|m| match &m.source {
+            Some(figment::Source::Custom(var)) if m.name == ENV_SOURCE_NAME => Some(var.clone()),
+            _ => None,
+        });
+        // A number or boolean where a string belongs: say how to pass a string.
+        let hint = match &e.kind {
+            figment::error::Kind::InvalidType(
+                figment::error::Actual::Unsigned(_)
+                | figment::error::Actual::Signed(_)
+                | figment::error::Actual::Float(_)
+                | figment::error::Actual::Bool(_),
+                expected,
+            ) if expected.contains("string") => {
+                " (a variable's value that reads as a number or true/false is one; to pass it as a \
+                 string, quote it: LAKESTREAM_…='\"…\"')"
+            }
+            _ => "",
+        };
+        // A variable's own value is wrong, or its key is unknown (rather than a section it
+        // shares with the file or other variables).
+        let unknown_key = matches!(&e.kind, figment::error::Kind::UnknownField(field, _)
+            if key.rsplit('.').next() == Some(field.as_str()));
+        let own = |s: &EnvSetting| s.key == key || (unknown_key && related(&s.key, &key));
+        if let Some(var) = var.filter(|var| self.settings.iter().any(|s| &s.var == var && own(s))) {
+            return ConfigError::Env { var, key, message: format!("{what}{hint}") };
+        }
+        // A section checked as a whole (such as `metadata`, whose `backend` picks its keys):
+        // name the variables that set keys in it, and the file.
+        let vars: Vec<&str> = if key.is_empty() {
+            Vec::new()
+        } else {
+            self.settings.iter().filter(|s| related(&s.key, &key)).map(|s| s.var.as_str()).collect()
+        };
+        if !vars.is_empty() {
+            return ConfigError::Env {
+                var: vars.join(", "),
+                key,
+                message: format!(
+                    "{what}{hint} (in the section as merged from config file {})",
+                    path.display()
+                ),
+            };
+        }
+        let message = if key.is_empty() { what } else { format!("{key}: {what}") };
+        ConfigError::Parse { path: path.to_path_buf(), message }
+    }
+}
+
+/// Whether one key lies at, under or above the other.
+fn related(a: &str, b: &str) -> bool {
+    let under = |x: &str, y: &str| x.strip_prefix(y).is_some_and(|r| r.starts_with('.'));
+    a == b || under(a, b) || under(b, a)
+}
+
+/// figment's description of what is wrong, without the value when it may be a secret.
+fn describe_kind(kind: &figment::error::Kind, secret: bool) -> String {
+    use figment::error::{Actual, Kind};
+    if !secret {
+        return kind.to_string();
+    }
+    let shape = |actual: &Actual| match actual {
+        Actual::Bool(_) => "a boolean",
+        Actual::Unsigned(_) | Actual::Signed(_) | Actual::Float(_) => "a number",
+        Actual::Char(_) | Actual::Str(_) => "a string",
+        Actual::Seq => "a list",
+        Actual::Map => "a table",
+        _ => "a value",
+    };
+    match kind {
+        Kind::InvalidType(actual, expected) => {
+            format!("invalid type: found {} (not shown), expected {expected}", shape(actual))
+        }
+        Kind::InvalidValue(actual, expected) => {
+            format!("invalid value: found {} (not shown), expected {expected}", shape(actual))
+        }
+        Kind::Message(_) => "invalid value (not shown: this section holds secrets)".into(),
+        other => other.to_string(),
+    }
 }
 
 impl ServerConfig {
@@ -329,39 +543,69 @@ impl ServerConfig {
         }
     }
 
-    /// Parses a TOML document.
+    /// Parses a TOML document (`path` names it in errors), without the environment.
     pub fn from_toml(text: &str, path: &Path) -> Result<ServerConfig, ConfigError> {
-        toml::from_str(text)
-            .map_err(|e| ConfigError::Parse { path: path.to_path_buf(), message: e.to_string() })
+        Self::from_toml_and_env(text, path, std::iter::empty())
     }
 
-    /// Reads and parses a TOML file.
+    /// Reads and parses a TOML file, without the environment.
     pub fn from_file(path: &Path) -> Result<ServerConfig, ConfigError> {
+        Self::load(path, std::iter::empty())
+    }
+
+    /// Reads the TOML file `path` and applies the environment `env` (name, value pairs: the
+    /// process's, or a test's) over it: every `LAKESTREAM_` variable with `__` in its name
+    /// sets one key (`LAKESTREAM_WRITER__FLUSH_WINDOW` sets `writer.flush_window`), and the
+    /// [`ENV_ALIASES`] set theirs. Flags go on top of the result.
+    pub fn load(
+        path: &Path,
+        env: impl IntoIterator<Item = (String, String)>,
+    ) -> Result<ServerConfig, ConfigError> {
         let text = std::fs::read_to_string(path)
             .map_err(|source| ConfigError::Read { path: path.to_path_buf(), source })?;
-        Self::from_toml(&text, path)
+        Self::from_toml_and_env(&text, path, env)
     }
 
-    /// Applies the documented environment variables (`LAKESTREAM_HTTP_ADDR`, `LAKESTREAM_GRPC_ADDR`,
+    /// [`ServerConfig::load`] with the file's text given.
+    pub fn from_toml_and_env(
+        text: &str,
+        path: &Path,
+        env: impl IntoIterator<Item = (String, String)>,
+    ) -> Result<ServerConfig, ConfigError> {
+        use figment::providers::Format;
+        let env = EnvOverrides::read(env)?;
+        let mut figment = figment::Figment::from(figment::providers::Toml::string(text));
+        for setting in &env.settings {
+            figment = figment.merge(setting);
+        }
+        let mut config: ServerConfig = figment.extract().map_err(|e| env.describe(e, path))?;
+        config.apply_env(|var| env.aliases.get(var).cloned())?;
+        Ok(config)
+    }
+
+    /// Applies the aliases ([`ENV_ALIASES`]: `LAKESTREAM_HTTP_ADDR`, `LAKESTREAM_GRPC_ADDR`,
     /// `LAKESTREAM_OXIA_ADDRESSES`, `LAKESTREAM_S3_ENDPOINT` (the endpoint of every S3 root),
     /// `LAKESTREAM_CLOUDEVENTS_DEDUP_WINDOW`), read through `var` so tests need not touch the
-    /// process environment.
+    /// process environment. [`ServerConfig::load`] applies them and the general rule.
     pub fn apply_env(&mut self, var: impl Fn(&str) -> Option<String>) -> Result<(), ConfigError> {
         if let Some(window) = var("LAKESTREAM_CLOUDEVENTS_DEDUP_WINDOW") {
             self.cloudevents.dedup_window = parse_duration(&window).map_err(|message| ConfigError::Env {
-                var: "LAKESTREAM_CLOUDEVENTS_DEDUP_WINDOW",
+                var: "LAKESTREAM_CLOUDEVENTS_DEDUP_WINDOW".into(),
+                key: "cloudevents.dedup_window".into(),
                 message,
             })?;
         }
         if let Some(addr) = var("LAKESTREAM_GRPC_ADDR") {
             self.grpc.addr = Some(addr.parse().map_err(|e| ConfigError::Env {
-                var: "LAKESTREAM_GRPC_ADDR",
+                var: "LAKESTREAM_GRPC_ADDR".into(),
+                key: "grpc.addr".into(),
                 message: format!("{addr:?} is not host:port ({e})"),
             })?);
         }
         if let Some(addr) = var("LAKESTREAM_HTTP_ADDR") {
             self.http.addr = addr.parse().map_err(|e| ConfigError::Env {
-                var: "LAKESTREAM_HTTP_ADDR",
+                var: "LAKESTREAM_HTTP_ADDR".into(),
+                key: "http.addr".into(),
                 message: format!("{addr:?} is not host:port ({e})"),
             })?;
         }
@@ -375,7 +619,8 @@ impl ServerConfig {
             }
             if !any {
                 return Err(ConfigError::Env {
-                    var: "LAKESTREAM_S3_ENDPOINT",
+                    var: "LAKESTREAM_S3_ENDPOINT".into(),
+                    key: "storage.wal.endpoint, storage.compacted.endpoint".into(),
                     message: "is set, but neither storage.wal nor storage.compacted uses backend = \"s3\""
                         .into(),
                 });
@@ -386,7 +631,8 @@ impl ServerConfig {
                 addresses.split(',').map(str::trim).filter(|s| !s.is_empty()).map(String::from).collect();
             if list.is_empty() {
                 return Err(ConfigError::Env {
-                    var: "LAKESTREAM_OXIA_ADDRESSES",
+                    var: "LAKESTREAM_OXIA_ADDRESSES".into(),
+                    key: "metadata.addresses".into(),
                     message: "names no address".into(),
                 });
             }
@@ -483,6 +729,264 @@ impl ServerConfig {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `(name, value)` pairs, as `std::env::vars` yields them.
+    fn env(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
+        pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+    }
+
+    fn writer_file() -> (String, PathBuf) {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../deploy/writer.toml");
+        (std::fs::read_to_string(&path).unwrap(), path)
+    }
+
+    #[test]
+    fn every_setting_comes_from_the_environment_by_one_rule() {
+        let (text, path) = writer_file();
+        let from_file = ServerConfig::from_toml(&text, &path).unwrap();
+        assert_eq!(from_file.writer.flush_window, Duration::from_millis(250));
+        let config = ServerConfig::from_toml_and_env(
+            &text,
+            &path,
+            env(&[
+                // A duration over the file's value.
+                ("LAKESTREAM_WRITER__FLUSH_WINDOW", "20ms"),
+                // A number, a boolean, three levels deep, a list: over the file's values.
+                ("LAKESTREAM_HTTP__MAX_BODY_BYTES", "1024"),
+                ("LAKESTREAM_ROLES__CATALOG", "false"),
+                ("LAKESTREAM_STORAGE__WAL__BUCKET", "other-bucket"),
+                ("LAKESTREAM_METADATA__ADDRESSES", "[oxia-0:6648, oxia-1:6648]"),
+                // A key the file does not set (over the default).
+                ("LAKESTREAM_READER__INDEX_CACHE_TTL", "2s"),
+                ("LAKESTREAM_COMPACTOR_SCHEDULE__GC_INTERVAL", "1m"),
+            ]),
+        )
+        .unwrap();
+        assert_eq!(config.writer.flush_window, Duration::from_millis(20));
+        assert_eq!(config.http.max_body_bytes, 1024);
+        assert!(!config.roles.catalog && config.roles.writer, "{:?}", config.roles);
+        match (&config.storage.wal, &config.storage.compacted) {
+            (ObjectStoreConfig::S3(wal), ObjectStoreConfig::S3(compacted)) => {
+                assert_eq!((wal.bucket.as_str(), wal.prefix.as_deref()), ("other-bucket", Some("wal")));
+                assert_eq!(compacted.bucket, "lakestream");
+            }
+            other => panic!("{other:?}"),
+        }
+        match &config.metadata {
+            MetadataConfig::Oxia { addresses, namespace, .. } => {
+                assert_eq!(addresses, &["oxia-0:6648", "oxia-1:6648"]);
+                assert_eq!(namespace, "default");
+            }
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(config.reader.index_cache_ttl, Duration::from_secs(2));
+        assert_eq!(config.compactor_schedule.gc_interval, Duration::from_secs(60));
+        // What no variable names stays as the file (or the default) has it.
+        assert_eq!(config.writer.flush_bytes, from_file.writer.flush_bytes);
+        assert_eq!(config.http.addr, from_file.http.addr);
+        assert_eq!(config.compactor_schedule.interval, Duration::from_secs(10));
+        config.validate().unwrap();
+    }
+
+    #[test]
+    fn the_aliases_still_set_their_keys() {
+        let (text, path) = writer_file();
+        let config = ServerConfig::from_toml_and_env(
+            &text,
+            &path,
+            env(&[
+                ("LAKESTREAM_HTTP_ADDR", "0.0.0.0:9999"),
+                ("LAKESTREAM_GRPC_ADDR", "0.0.0.0:9998"),
+                ("LAKESTREAM_OXIA_ADDRESSES", "a:1,b:2"),
+                ("LAKESTREAM_S3_ENDPOINT", "http://seaweedfs:8333"),
+                ("LAKESTREAM_CLOUDEVENTS_DEDUP_WINDOW", "30m"),
+            ]),
+        )
+        .unwrap();
+        assert_eq!(config.http.addr.port(), 9999);
+        assert_eq!(config.grpc.addr.map(|a| a.port()), Some(9998));
+        assert!(
+            matches!(&config.metadata, MetadataConfig::Oxia { addresses, .. } if addresses == &["a:1", "b:2"])
+        );
+        assert!(
+            matches!(&config.storage.compacted, ObjectStoreConfig::S3(s3) if s3.endpoint.as_deref() == Some("http://seaweedfs:8333"))
+        );
+        assert_eq!(config.cloudevents.dedup_window, Duration::from_secs(1800));
+        let err = ServerConfig::from_toml_and_env(&text, &path, env(&[("LAKESTREAM_HTTP_ADDR", "nope")]))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("LAKESTREAM_HTTP_ADDR") && err.contains("http.addr"), "{err}");
+    }
+
+    #[test]
+    fn an_alias_and_the_general_name_of_its_key_together_are_refused() {
+        let (text, path) = writer_file();
+        for (alias, general) in [
+            (("LAKESTREAM_HTTP_ADDR", "0.0.0.0:1"), ("LAKESTREAM_HTTP__ADDR", "0.0.0.0:2")),
+            (("LAKESTREAM_S3_ENDPOINT", "http://a"), ("LAKESTREAM_STORAGE__COMPACTED__ENDPOINT", "http://b")),
+            (("LAKESTREAM_OXIA_ADDRESSES", "a:1"), ("LAKESTREAM_METADATA__ADDRESSES", "[b:1]")),
+        ] {
+            let err = ServerConfig::from_toml_and_env(&text, &path, env(&[alias, general]))
+                .unwrap_err()
+                .to_string();
+            assert!(err.contains(alias.0) && err.contains(general.0), "{err}");
+        }
+    }
+
+    #[test]
+    fn a_mistyped_setting_variable_is_refused_naming_it() {
+        let (text, path) = writer_file();
+        for (var, unknown) in [
+            ("LAKESTREAM_WRITER__FLUSH_WINDW", "flush_windw"),
+            ("LAKESTREAM_WRITR__FLUSH_WINDOW", "writr"),
+            ("LAKESTREAM_STORAGE__WAL__BUCKIT", "buckit"),
+        ] {
+            let err = ServerConfig::from_toml_and_env(&text, &path, env(&[(var, "10ms")])).unwrap_err();
+            let message = err.to_string();
+            assert!(matches!(err, ConfigError::Env { .. }), "{message}");
+            assert!(message.contains(var) && message.contains(unknown), "{message}");
+        }
+        // Not a key at all: an empty level.
+        for var in ["LAKESTREAM_WRITER____FLUSH_WINDOW", "LAKESTREAM_WRITER__", "LAKESTREAM___WRITER"] {
+            let err = ServerConfig::from_toml_and_env(&text, &path, env(&[(var, "10ms")])).unwrap_err();
+            assert!(err.to_string().contains(var), "{err}");
+        }
+    }
+
+    #[test]
+    fn variables_for_other_purposes_are_not_settings() {
+        let (text, path) = writer_file();
+        let others = env(&[
+            ("LAKESTREAM_TOOLS", "/opt/tools"),
+            ("LAKESTREAM_BIN", "target/debug/lakestream"),
+            ("LAKESTREAM_OXIA_BIN", "/opt/oxia"),
+            ("LAKESTREAM_TEST_S3_ENDPOINT", "http://127.0.0.1:1"),
+            ("LAKESTREAM_TEST_OXIA", "127.0.0.1:2"),
+            ("LAKESTREAM_E2E_SEED", "7"),
+            ("LAKESTREAM_CHECKER_SEED", "x"),
+            ("LAKESTREAM_SOAK_SECS", "not a number"),
+            ("LAKESTREAM_INTEROP_SEED", "1"),
+            ("LAKESTREAM_FUZZ_SECONDS", "3"),
+            ("LAKESTREAM_SKIP_FUZZ", "1"),
+            ("LAKESTREAM_KEEP_OXIA_CLUSTER", "1"),
+            ("LAKESTREAM_TOKEN", "hunter2-hunter2-hunter2"),
+            ("LAKESTREAM_INGEST_TOKEN", "hunter2-hunter2-hunter2"),
+            ("LAKESTREAM_DATA_DIR", "/tmp/x"),
+            ("LAKESTREAM_URL", "http://x"),
+            ("LAKESTREAM_S3_BUCKET", "elsewhere"),
+            ("OTHER__THING", "1"),
+            ("lakestream_writer__flush_window", "1ms"),
+        ]);
+        let with = ServerConfig::from_toml_and_env(&text, &path, others).unwrap();
+        let without = ServerConfig::from_toml(&text, &path).unwrap();
+        assert_eq!(format!("{with:?}"), format!("{without:?}"));
+    }
+
+    #[test]
+    fn a_bad_value_from_the_environment_names_the_variable_and_the_key() {
+        let (text, path) = writer_file();
+        for (var, value, key) in [
+            ("LAKESTREAM_WRITER__FLUSH_WINDOW", "soon", "writer.flush_window"),
+            ("LAKESTREAM_HTTP__MAX_BODY_BYTES", "lots", "http.max_body_bytes"),
+            ("LAKESTREAM_ROLES__READER", "maybe", "roles.reader"),
+            ("LAKESTREAM_GRPC__ADDR", "nowhere", "grpc.addr"),
+            ("LAKESTREAM_STORAGE__WAL__MAX_ATTEMPTS", "-1", "storage.wal"),
+        ] {
+            let err = ServerConfig::from_toml_and_env(&text, &path, env(&[(var, value)])).unwrap_err();
+            let message = err.to_string();
+            assert!(matches!(err, ConfigError::Env { .. }), "{message}");
+            assert!(message.contains(var) && message.contains(key), "{message}");
+        }
+        // A value that parses but breaks a rule: `validate` names the key.
+        let config =
+            ServerConfig::from_toml_and_env(&text, &path, env(&[("LAKESTREAM_WRITER__FLUSH_WINDOW", "0ms")]))
+                .unwrap();
+        assert!(config.validate().unwrap_err().to_string().contains("writer.flush_window"));
+        // A number where a string belongs: the error says how to quote it; quoted, it is read.
+        let err = ServerConfig::from_toml_and_env(
+            &text,
+            &path,
+            env(&[("LAKESTREAM_STORAGE__WAL__BUCKET", "12345")]),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(err.contains("LAKESTREAM_STORAGE__WAL__BUCKET") && err.contains("quote"), "{err}");
+        let config = ServerConfig::from_toml_and_env(
+            &text,
+            &path,
+            env(&[("LAKESTREAM_STORAGE__WAL__BUCKET", "\"12345\"")]),
+        )
+        .unwrap();
+        assert!(matches!(&config.storage.wal, ObjectStoreConfig::S3(s3) if s3.bucket == "12345"));
+    }
+
+    #[test]
+    fn a_backend_switched_from_the_environment_names_the_variable_and_the_file() {
+        // The file's `metadata` is embedded (a `path`); switching to Oxia from the environment
+        // leaves that key, which Oxia does not have.
+        let text = "[metadata]\nbackend = \"embedded\"\npath = \"m.redb\"\n";
+        let err = ServerConfig::from_toml_and_env(
+            text,
+            Path::new("x.toml"),
+            env(&[("LAKESTREAM_METADATA__BACKEND", "oxia"), ("LAKESTREAM_METADATA__ADDRESSES", "[a:1]")]),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(err.contains("LAKESTREAM_METADATA__BACKEND") && err.contains("x.toml"), "{err}");
+        assert!(err.contains("path"), "{err}");
+        // Over a file that says nothing of `metadata`, the variables choose it whole.
+        let config = ServerConfig::from_toml_and_env(
+            "",
+            Path::new("x.toml"),
+            env(&[("LAKESTREAM_METADATA__BACKEND", "oxia"), ("LAKESTREAM_METADATA__ADDRESSES", "[a:1]")]),
+        )
+        .unwrap();
+        assert!(matches!(&config.metadata, MetadataConfig::Oxia { addresses, .. } if addresses == &["a:1"]));
+    }
+
+    #[test]
+    fn secrets_from_the_environment_are_never_shown() {
+        let text = "[metadata]\nbackend = \"oxia\"\naddresses = [\"oxia:6648\"]\n";
+        // A token that reads as a number is the wrong type; the error must not show it.
+        let err = ServerConfig::from_toml_and_env(
+            text,
+            Path::new("x.toml"),
+            env(&[("LAKESTREAM_METADATA__BEARER_TOKEN", "987654321098")]),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(err.contains("LAKESTREAM_METADATA__BEARER_TOKEN"), "{err}");
+        assert!(!err.contains("987654321098"), "{err}");
+        let (text, path) = writer_file();
+        let err = ServerConfig::from_toml_and_env(
+            &text,
+            &path,
+            env(&[("LAKESTREAM_STORAGE__WAL__SECRET_ACCESS_KEY", "[hunter2secret]")]),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(err.contains("LAKESTREAM_STORAGE__WAL__SECRET_ACCESS_KEY"), "{err}");
+        assert!(!err.contains("hunter2secret"), "{err}");
+        // Set as strings they are used, and `Debug` hides them.
+        let config = ServerConfig::from_toml_and_env(
+            &text,
+            &path,
+            env(&[
+                ("LAKESTREAM_STORAGE__WAL__ACCESS_KEY_ID", "AKIDEXAMPLE"),
+                ("LAKESTREAM_STORAGE__WAL__SECRET_ACCESS_KEY", "hunter2secret"),
+                ("LAKESTREAM_METADATA__BEARER_TOKEN", "\"987654321098\""),
+            ]),
+        )
+        .unwrap();
+        assert!(
+            matches!(&config.storage.wal, ObjectStoreConfig::S3(s3) if s3.secret_access_key.as_deref() == Some("hunter2secret"))
+        );
+        assert!(
+            matches!(&config.metadata, MetadataConfig::Oxia { bearer_token: Some(t), .. } if t == "987654321098")
+        );
+        let shown = format!("{config:?}");
+        assert!(!shown.contains("hunter2secret") && !shown.contains("987654321098"), "{shown}");
+    }
 
     #[test]
     fn the_example_files_parse_and_validate() {

@@ -80,6 +80,127 @@ pub async fn record_or_check_format_version(
     Err(FormatVersionError::LegacyReaderBesideV3 { configured, recorded })
 }
 
+/// The key recording the deployment's bound on readers' index caches: the longest time a
+/// reader may keep index records cached (`compactor.reader_index_cache_ttl`), which every
+/// compactor's WAL grace period is checked against. Put by the first compactor.
+pub const READER_CACHE_BOUND_KEY: &str = "/lakestream-deployment/reader-index-cache-ttl-bound";
+
+/// The record under [`READER_CACHE_BOUND_KEY`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+struct ReaderCacheBound {
+    /// The bound in milliseconds.
+    reader_index_cache_ttl_ms: u64,
+}
+
+fn show(d: std::time::Duration) -> humantime_serde::re::humantime::FormattedDuration {
+    humantime_serde::re::humantime::format_duration(d)
+}
+
+/// A reader or a compactor whose index-cache setting does not fit the deployment's record.
+#[derive(Debug, thiserror::Error)]
+pub enum CacheBoundError {
+    /// A reader would cache index records longer than the compactors keep WAL objects for.
+    #[error(
+        "reader.index_cache_ttl is {}, but this deployment's compactors are set for readers that \
+         cache index records at most {} (compactor.reader_index_cache_ttl, recorded by the first \
+         compactor under key {READER_CACHE_BOUND_KEY}); a reader caching longer could read a WAL \
+         object after its grace period ended and it was deleted. Set reader.index_cache_ttl to \
+         at most {}, or raise every compactor's reader_index_cache_ttl (and wal_grace above it) \
+         and the record",
+        show(*.configured), show(*.recorded), show(*.recorded)
+    )]
+    ReaderCacheTooLong {
+        /// The reader's `index_cache_ttl`.
+        configured: std::time::Duration,
+        /// The recorded bound.
+        recorded: std::time::Duration,
+    },
+    /// A compactor set for shorter reader caches than readers may already use.
+    #[error(
+        "compactor.reader_index_cache_ttl is {}, but this deployment records {} (key \
+         {READER_CACHE_BOUND_KEY}, put by its first compactor): readers may have started with \
+         index caches that long, and this compactor's wal_grace is only checked against {}. Set \
+         compactor.reader_index_cache_ttl to at least {} (and wal_grace above it); to lower the \
+         bound, set every reader's index_cache_ttl at most the new bound and change the record \
+         with the services stopped",
+        show(*.configured), show(*.recorded), show(*.configured), show(*.recorded)
+    )]
+    CompactorBoundTooShort {
+        /// The compactor's `reader_index_cache_ttl`.
+        configured: std::time::Duration,
+        /// The recorded bound.
+        recorded: std::time::Duration,
+    },
+    /// The record exists but cannot be read.
+    #[error("the deployment record {READER_CACHE_BOUND_KEY} is not readable: {0}")]
+    Corrupt(String),
+    /// The metadata store failed.
+    #[error("checking the readers' index-cache bound in the metadata store: {0}")]
+    Meta(#[from] MetaError),
+}
+
+async fn recorded_cache_bound(
+    meta: &dyn MetaStore,
+    partition: &str,
+) -> Result<Option<std::time::Duration>, CacheBoundError> {
+    let Some(record) = meta.get(partition, READER_CACHE_BOUND_KEY).await? else { return Ok(None) };
+    let bound: ReaderCacheBound =
+        serde_json::from_slice(&record.value).map_err(|e| CacheBoundError::Corrupt(e.to_string()))?;
+    Ok(Some(std::time::Duration::from_millis(bound.reader_index_cache_ttl_ms)))
+}
+
+/// A compactor's start: records its `compactor.reader_index_cache_ttl` as the deployment's
+/// bound if none is recorded (CreateIfAbsent: of compactors that start together, one
+/// records), else refuses a bound below the recorded one — readers may have been admitted
+/// against it. A larger bound is fine (its WAL grace covers the recorded bound too) and
+/// leaves the record as it is: raising it while another compactor runs with the smaller bound
+/// would admit readers that compactor does not protect.
+pub async fn record_or_check_reader_cache_bound(
+    meta: &dyn MetaStore,
+    partition: &str,
+    bound: std::time::Duration,
+) -> Result<(), CacheBoundError> {
+    loop {
+        let Some(recorded) = recorded_cache_bound(meta, partition).await? else {
+            let record = ReaderCacheBound {
+                reader_index_cache_ttl_ms: u64::try_from(bound.as_millis()).unwrap_or(u64::MAX),
+            };
+            let value = Bytes::from(
+                serde_json::to_vec(&record).map_err(|e| CacheBoundError::Corrupt(e.to_string()))?,
+            );
+            match meta.put(partition, READER_CACHE_BOUND_KEY, value, PutCondition::IfAbsent).await {
+                Ok(_) => {
+                    tracing::info!(bound = %show(bound), "recorded the deployment's bound on readers' index caches");
+                    return Ok(());
+                }
+                Err(MetaError::KeyExists { .. }) => continue,
+                Err(e) if e.class() == lakestream_format::ErrorClass::OutcomeUnknown => continue,
+                Err(e) => return Err(e.into()),
+            }
+        };
+        if bound < recorded {
+            return Err(CacheBoundError::CompactorBoundTooShort { configured: bound, recorded });
+        }
+        return Ok(());
+    }
+}
+
+/// A reader's start: refuses an `index_cache_ttl` above the recorded bound. Before any
+/// compactor has recorded one there is nothing to check across processes (the process's own
+/// file still bounds it by its `compactor.reader_index_cache_ttl`, see `ServerConfig::validate`).
+pub async fn check_reader_cache_ttl(
+    meta: &dyn MetaStore,
+    partition: &str,
+    ttl: std::time::Duration,
+) -> Result<(), CacheBoundError> {
+    match recorded_cache_bound(meta, partition).await? {
+        Some(recorded) if ttl > recorded => {
+            Err(CacheBoundError::ReaderCacheTooLong { configured: ttl, recorded })
+        }
+        _ => Ok(()),
+    }
+}
+
 /// The roots a service is configured with, as recorded.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct StorageRoots {
@@ -251,6 +372,41 @@ mod tests {
             assert!(matches!(err, FormatVersionError::LegacyReaderBesideV3 { recorded: 3, .. }), "{message}");
             assert!(message.starts_with(&format!("reader.format_version is {legacy_version}")), "{message}");
         }
+    }
+
+    /// The compactor's bound on readers' index caches, across processes: the first compactor
+    /// records it; a reader caching longer is refused, naming both values; a compactor set for
+    /// shorter caches than recorded is refused; a longer bound starts and leaves the record.
+    #[tokio::test]
+    async fn the_readers_cache_bound_is_recorded_by_the_first_compactor_and_enforced() {
+        use std::time::Duration;
+        let meta = InMemoryStore::new();
+        // No compactor yet: nothing recorded, nothing to check.
+        check_reader_cache_ttl(&meta, "cat", Duration::from_secs(3600)).await.unwrap();
+        assert!(meta.get("cat", READER_CACHE_BOUND_KEY).await.unwrap().is_none(), "a reader records nothing");
+        record_or_check_reader_cache_bound(&meta, "cat", Duration::from_secs(60)).await.unwrap();
+        let stored = meta.get("cat", READER_CACHE_BOUND_KEY).await.unwrap().unwrap();
+        for ok in [Duration::from_secs(5), Duration::from_secs(60)] {
+            check_reader_cache_ttl(&meta, "cat", ok).await.unwrap();
+        }
+        let err = check_reader_cache_ttl(&meta, "cat", Duration::from_secs(61)).await.unwrap_err();
+        let message = err.to_string();
+        assert!(matches!(err, CacheBoundError::ReaderCacheTooLong { .. }), "{message}");
+        assert!(message.starts_with("reader.index_cache_ttl is 1m 1s"), "{message}");
+        assert!(message.contains("at most 1m ") && message.contains(READER_CACHE_BOUND_KEY), "{message}");
+        // A compactor with the same or a longer bound starts; the record stays.
+        for ok in [Duration::from_secs(60), Duration::from_secs(600)] {
+            record_or_check_reader_cache_bound(&meta, "cat", ok).await.unwrap();
+        }
+        assert_eq!(meta.get("cat", READER_CACHE_BOUND_KEY).await.unwrap().unwrap().version, stored.version);
+        check_reader_cache_ttl(&meta, "cat", Duration::from_secs(61)).await.unwrap_err();
+        // A shorter one does not.
+        let err =
+            record_or_check_reader_cache_bound(&meta, "cat", Duration::from_secs(30)).await.unwrap_err();
+        let message = err.to_string();
+        assert!(matches!(err, CacheBoundError::CompactorBoundTooShort { .. }), "{message}");
+        assert!(message.starts_with("compactor.reader_index_cache_ttl is 30s"), "{message}");
+        assert!(message.contains("records 1m "), "{message}");
     }
 
     #[test]

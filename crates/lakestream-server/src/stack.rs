@@ -77,6 +77,9 @@ pub enum StartError {
     /// A legacy reader beside a deployment that writes format version 3.
     #[error("format version: {0}")]
     FormatVersion(#[from] crate::deployment::FormatVersionError),
+    /// A reader's index cache, or a compactor's bound on it, does not fit the deployment's.
+    #[error("index cache: {0}")]
+    CacheBound(#[from] crate::deployment::CacheBoundError),
 }
 
 /// The namespace every deployment has, created at start if missing.
@@ -105,6 +108,24 @@ impl Stack {
             reads,
         )
         .await?;
+        // Readers' index caches against the compactors' WAL grace, across processes too: a
+        // compactor records its bound (first), a reader checks against the record.
+        if config.roles.compactor {
+            crate::deployment::record_or_check_reader_cache_bound(
+                meta.as_ref(),
+                &config.catalog.partition,
+                config.compactor.reader_index_cache_ttl,
+            )
+            .await?;
+        }
+        if config.roles.reader {
+            crate::deployment::check_reader_cache_ttl(
+                meta.as_ref(),
+                &config.catalog.partition,
+                config.reader.index_cache_ttl,
+            )
+            .await?;
+        }
         let object_ops = Arc::new(crate::objects::ObjectStoreMetrics::default());
         let wal: Arc<dyn ObjectStore> = Arc::new(crate::objects::Counted::new(
             open_objects("storage.wal", &config.storage.wal)?,
@@ -330,6 +351,40 @@ mod tests {
         config.reader.format_version = 1;
         config.roles.reader = false;
         check_one_format_version(&config).unwrap();
+    }
+
+    /// The reader and the compactor in separate processes (separate files, one metadata
+    /// store): the compactor records its bound on readers' index caches at start, and a reader
+    /// that would cache longer refuses to start, naming `reader.index_cache_ttl` and the bound.
+    #[tokio::test]
+    async fn a_reader_process_caching_longer_than_the_compactors_bound_refuses_to_start() {
+        let dir = tempfile::tempdir().unwrap();
+        let base = ServerConfig::dev(dir.path(), "127.0.0.1:0".parse().unwrap());
+        let only = |reader: bool, compactor: bool| crate::config::RolesConfig {
+            writer: false,
+            reader,
+            catalog: false,
+            compactor,
+        };
+        let mut compactor = base.clone();
+        compactor.roles = only(false, true);
+        compactor.compactor.reader_index_cache_ttl = Duration::from_secs(60);
+        let mut reader = base.clone();
+        reader.roles = only(true, false);
+        // Valid on its own: its file's (default) compactor section allows 10 min.
+        reader.reader.index_cache_ttl = Duration::from_secs(120);
+        reader.validate().unwrap();
+        // Before any compactor started, the reader starts.
+        Stack::open(&reader).await.unwrap().close().await;
+        Stack::open(&compactor).await.unwrap().close().await;
+        let err = Stack::open(&reader).await.unwrap_err().to_string();
+        assert!(err.contains("reader.index_cache_ttl is 2m") && err.contains("at most 1m"), "{err}");
+        reader.reader.index_cache_ttl = Duration::from_secs(60);
+        Stack::open(&reader).await.unwrap().close().await;
+        // A compactor set for shorter caches than recorded stops too.
+        compactor.compactor.reader_index_cache_ttl = Duration::from_secs(30);
+        let err = Stack::open(&compactor).await.unwrap_err().to_string();
+        assert!(err.contains("compactor.reader_index_cache_ttl is 30s"), "{err}");
     }
 
     #[tokio::test]
