@@ -229,6 +229,9 @@ async fn metrics(State(s): State<AppState>) -> Response {
     if let Some(writer) = &s.stack.writer {
         crate::metrics::render_writer(&writer.stats(), &mut text);
     }
+    if let Some(oxia) = &s.stack.oxia {
+        crate::metrics::render_oxia(&oxia.stats(), &mut text);
+    }
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text).into_response()
 }
 

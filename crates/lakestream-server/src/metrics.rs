@@ -300,6 +300,21 @@ pub fn render_writer(stats: &lakestream_writer::WriterStats, out: &mut String) {
     }
 }
 
+/// Appends the Oxia client's requests by kind (`write`, `read`, `list`, `scan`, `session`)
+/// and their failures, when the metadata store is Oxia.
+pub fn render_oxia(stats: &lakestream_meta_oxia::OxiaStats, out: &mut String) {
+    for (name, help, errors) in [
+        ("lakestream_oxia_requests_total", "Requests to Oxia, by kind.", false),
+        ("lakestream_oxia_request_errors_total", "Requests to Oxia that failed, by kind.", true),
+    ] {
+        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} counter");
+        for (kind, counts) in stats.by_kind() {
+            let value = if errors { counts.errors } else { counts.requests };
+            let _ = writeln!(out, "{name}{{kind=\"{}\"}} {value}", kind.name());
+        }
+    }
+}
+
 /// The service's metrics.
 #[derive(Debug, Default)]
 pub struct Metrics {
@@ -583,6 +598,7 @@ mod tests {
         let mut text = Metrics::default().render(Some(lakestream_reader::cache::CacheStats::default()));
         crate::objects::ObjectStoreMetrics::default().render(&mut text);
         render_writer(&lakestream_writer::WriterStats::default(), &mut text);
+        render_oxia(&lakestream_meta_oxia::OxiaStats::default(), &mut text);
         let mut exposed = std::collections::BTreeSet::new();
         for line in text.lines() {
             if let Some(rest) = line.strip_prefix("# TYPE ") {
@@ -709,6 +725,24 @@ mod tests {
             "lakestream_wal_object_logs_sum 9",
             "lakestream_wal_index_puts_total{outcome=\"committed\"} 8",
             "lakestream_wal_index_puts_total{outcome=\"unknown\"} 1",
+        ] {
+            assert!(out.lines().any(|l| l == line), "{line} in\n{out}");
+        }
+    }
+
+    #[test]
+    fn oxia_requests_render_per_kind() {
+        let mut stats = lakestream_meta_oxia::OxiaStats::default();
+        stats.counts[0] = lakestream_meta_oxia::RequestCounts { requests: 7, errors: 2 };
+        stats.counts[4] = lakestream_meta_oxia::RequestCounts { requests: 3, errors: 0 };
+        let mut out = String::new();
+        render_oxia(&stats, &mut out);
+        parse_scrape(&out).unwrap_or_else(|e| panic!("{e}\n{out}"));
+        for line in [
+            "lakestream_oxia_requests_total{kind=\"write\"} 7",
+            "lakestream_oxia_request_errors_total{kind=\"write\"} 2",
+            "lakestream_oxia_requests_total{kind=\"session\"} 3",
+            "lakestream_oxia_requests_total{kind=\"scan\"} 0",
         ] {
             assert!(out.lines().any(|l| l == line), "{line} in\n{out}");
         }

@@ -144,3 +144,39 @@ async fn the_writer_role_exposes_its_wal_flushes() {
     );
     s.stop().await;
 }
+
+/// With Oxia as the metadata store, `/metrics` shows the client's requests by kind. Needs a
+/// real Oxia server (`LAKESTREAM_TEST_OXIA`, which `scripts/test` sets); fails without one.
+#[tokio::test]
+#[allow(clippy::disallowed_methods)] // a fresh catalog partition per run
+async fn oxia_requests_are_exposed_by_kind() {
+    let address = std::env::var("LAKESTREAM_TEST_OXIA")
+        .expect("LAKESTREAM_TEST_OXIA is not set: this test needs a real Oxia server (run scripts/test)");
+    let s = support::start_with(|config| {
+        config.apply_env(|var| (var == "LAKESTREAM_OXIA_ADDRESSES").then(|| address.clone())).unwrap();
+        // A catalog of its own: the deployment record names this test's storage roots.
+        config.catalog.partition = format!("obs-{}", uuid::Uuid::new_v4());
+    })
+    .await;
+    let metrics = scrape(s.at.http).await;
+    // Opening the stack wrote (the deployment record, the default namespace) and read.
+    for kind in ["write", "read"] {
+        let series = format!(r#"lakestream_oxia_requests_total{{kind="{kind}"}}"#);
+        assert!(sample(&metrics, &series).is_some_and(|v| v >= 1.0), "{series} in\n{metrics}");
+    }
+    for kind in ["write", "read", "list", "scan", "session"] {
+        let series = format!(r#"lakestream_oxia_request_errors_total{{kind="{kind}"}}"#);
+        assert_eq!(sample(&metrics, &series), Some(0.0), "{series} in\n{metrics}");
+    }
+    s.stop().await;
+}
+
+/// The embedded metadata store has no Oxia client: no Oxia series.
+#[tokio::test]
+async fn no_oxia_series_without_oxia() {
+    let s = support::start_with(|_| {}).await;
+    let metrics = scrape(s.at.http).await;
+    assert!(metrics.contains("lakestream_wal_objects_written_total"), "{metrics}");
+    assert!(!metrics.contains("lakestream_oxia_"), "{metrics}");
+    s.stop().await;
+}
