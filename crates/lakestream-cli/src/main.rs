@@ -19,6 +19,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
+use lakestream_server::config::LogFormat;
 use lakestream_server::{ServerConfig, Stack};
 
 #[derive(Debug, Parser)]
@@ -30,6 +31,10 @@ use lakestream_server::{ServerConfig, Stack};
 struct Cli {
     #[command(subcommand)]
     command: Command,
+    /// Log line format on stderr: `text` or `json` (one object per line, with the request's
+    /// span fields). Overrides `[log] format` of a configuration file.
+    #[arg(long, global = true, env = "LAKESTREAM_LOG_FORMAT")]
+    log_format: Option<LogFormat>,
 }
 
 #[derive(Debug, Subcommand)]
@@ -169,17 +174,41 @@ async fn run_client(command: Command) -> Result<(), String> {
     }
 }
 
-fn main() -> ExitCode {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
-        )
-        .with_writer(std::io::stderr)
+/// Logs to stderr in `format`, filtered by `RUST_LOG` (default `info`).
+fn init_logging(format: LogFormat) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    match format {
         // Colours only on a terminal: log files and collectors get plain text.
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .init();
+        LogFormat::Text => builder.with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr())).init(),
+        // One object per line; the enclosing spans' fields (a request's id) in `span` and
+        // `spans`.
+        LogFormat::Json => builder.json().with_current_span(true).with_span_list(true).init(),
+    }
+}
+
+fn main() -> ExitCode {
     let cli = Cli::parse();
+    // A service's format may come from its configuration file; every other command logs
+    // as the flag (or LAKESTREAM_LOG_FORMAT) says.
+    let config = match &cli.command {
+        Command::Dev { .. }
+        | Command::Serve(_)
+        | Command::Writer(_)
+        | Command::Reader(_)
+        | Command::Compactor(_)
+        | Command::Catalog(_) => match load_config(&cli.command) {
+            Ok(c) => Some(c),
+            Err(e) => {
+                eprintln!("lakestream: {e}");
+                return ExitCode::from(2);
+            }
+        },
+        _ => None,
+    };
+    let configured = config.as_ref().map(|c| c.log.format);
+    init_logging(cli.log_format.or(configured).unwrap_or_default());
     if let Command::Bench(args) = cli.command {
         return lakestream_bench::cli::main(args);
     }
@@ -211,12 +240,9 @@ fn main() -> ExitCode {
             }
         };
     }
-    let config = match load_config(&cli.command) {
-        Ok(c) => c,
-        Err(e) => {
-            eprintln!("lakestream: {e}");
-            return ExitCode::from(2);
-        }
+    let Some(config) = config else {
+        eprintln!("lakestream: this command needs no service configuration");
+        return ExitCode::from(2);
     };
     let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(r) => r,

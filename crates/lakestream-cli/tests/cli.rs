@@ -94,3 +94,59 @@ fn dev_serves_the_client_commands_and_shuts_down_gracefully() {
     std::io::Read::read_to_string(&mut dev.child.stdout.take().unwrap(), &mut printed).unwrap();
     assert!(printed.contains("HTTP API:  http://127.0.0.1:"), "dev prints its URLs: {printed}");
 }
+
+/// `--log-format json`: stderr holds one JSON object per line, and a request's log lines
+/// carry its span with the request id the client sent.
+#[test]
+fn json_logs_carry_the_request_id() {
+    use std::io::Read;
+    let dir = tempfile::tempdir().unwrap();
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let mut child = Command::new(BIN)
+        .args([
+            "dev",
+            "--log-format",
+            "json",
+            "--grpc-addr",
+            "off",
+            "--http-addr",
+            &format!("127.0.0.1:{port}"),
+        ])
+        .current_dir(dir.path())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut stream = loop {
+        if let Ok(s) = std::net::TcpStream::connect(("127.0.0.1", port)) {
+            break s;
+        }
+        assert!(Instant::now() < deadline, "lakestream dev did not listen within 30 s");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    // A failed request is logged ("request failed", with its status) inside its span.
+    write!(
+        stream,
+        "GET /v1/namespaces/default/streams/none HTTP/1.1\r\nhost: x\r\nx-request-id: trace-json-1\r\nconnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer).unwrap();
+    assert!(answer.starts_with("HTTP/1.1 404"), "{answer}");
+    std::thread::sleep(Duration::from_millis(200));
+    let _ = child.kill();
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let lines: Vec<serde_json::Value> = stderr
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l:?}\n{stderr}")))
+        .collect();
+    let failed = lines
+        .iter()
+        .find(|l| l["fields"]["message"] == "request failed")
+        .unwrap_or_else(|| panic!("no `request failed` line in\n{stderr}"));
+    assert_eq!(failed["span"]["id"], "trace-json-1", "{failed}");
+    assert_eq!(failed["span"]["name"], "request", "{failed}");
+    assert_eq!(failed["fields"]["status"], "404 Not Found", "{failed}");
+}

@@ -50,6 +50,41 @@ pub struct ServerConfig {
     /// CloudEvents ingest: the deduplication window (`dedup_window`, default 1 h, at most
     /// 24 h) and the claim lapse (`claim_lapse`, default 2 min).
     pub cloudevents: lakestream_cloudevents::ledger::LedgerConfig,
+    /// Logging: `format = "text"` (the default) or `"json"`.
+    pub log: LogConfig,
+}
+
+/// How the service writes its logs (to stderr). The `lakestream` command applies it; the
+/// filter stays `RUST_LOG`.
+#[derive(Debug, Clone, Default, Deserialize, PartialEq, Eq)]
+#[serde(default, deny_unknown_fields)]
+pub struct LogConfig {
+    /// `text` (human-readable lines, the default) or `json` (one JSON object per line, with
+    /// the fields of the enclosing spans: a request's `id`, `method` and `path`).
+    pub format: LogFormat,
+}
+
+/// A log line format.
+#[derive(Debug, Clone, Copy, Default, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum LogFormat {
+    /// Human-readable lines.
+    #[default]
+    Text,
+    /// One JSON object per line.
+    Json,
+}
+
+impl std::str::FromStr for LogFormat {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "text" => Ok(LogFormat::Text),
+            "json" => Ok(LogFormat::Json),
+            _ => Err(format!("{s:?} is neither `text` nor `json`")),
+        }
+    }
 }
 
 /// When the compactor role runs.
@@ -344,9 +379,14 @@ impl ServerConfig {
 
     /// Applies the documented environment variables (`LAKESTREAM_HTTP_ADDR`, `LAKESTREAM_GRPC_ADDR`,
     /// `LAKESTREAM_OXIA_ADDRESSES`, `LAKESTREAM_S3_ENDPOINT` (the endpoint of every S3 root),
-    /// `LAKESTREAM_CLOUDEVENTS_DEDUP_WINDOW`), read through `var` so tests need not touch the
+    /// `LAKESTREAM_CLOUDEVENTS_DEDUP_WINDOW`, `LAKESTREAM_LOG_FORMAT`), read through `var` so tests need not touch the
     /// process environment.
     pub fn apply_env(&mut self, var: impl Fn(&str) -> Option<String>) -> Result<(), ConfigError> {
+        if let Some(format) = var("LAKESTREAM_LOG_FORMAT") {
+            self.log.format = format
+                .parse()
+                .map_err(|message| ConfigError::Env { var: "LAKESTREAM_LOG_FORMAT", message })?;
+        }
         if let Some(window) = var("LAKESTREAM_CLOUDEVENTS_DEDUP_WINDOW") {
             self.cloudevents.dedup_window = parse_duration(&window).map_err(|message| ConfigError::Env {
                 var: "LAKESTREAM_CLOUDEVENTS_DEDUP_WINDOW",
@@ -483,6 +523,21 @@ impl ServerConfig {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_log_format_comes_from_the_file_then_the_environment() {
+        let path = Path::new("test.toml");
+        assert_eq!(ServerConfig::default().log.format, LogFormat::Text);
+        let mut c = ServerConfig::from_toml("[log]\nformat = \"json\"\n", path).unwrap();
+        assert_eq!(c.log.format, LogFormat::Json);
+        c.apply_env(|v| (v == "LAKESTREAM_LOG_FORMAT").then(|| "text".to_string())).unwrap();
+        assert_eq!(c.log.format, LogFormat::Text);
+        let e = c.apply_env(|v| (v == "LAKESTREAM_LOG_FORMAT").then(|| "yaml".to_string())).unwrap_err();
+        assert!(e.to_string().contains("LAKESTREAM_LOG_FORMAT"), "{e}");
+        let e = ServerConfig::from_toml("[log]\nformat = \"xml\"\n", path).unwrap_err();
+        assert!(e.to_string().contains("xml"), "{e}");
+        assert!(ServerConfig::from_toml("[log]\nfromat = \"json\"\n", path).is_err(), "a typo is refused");
+    }
 
     #[test]
     fn the_example_files_parse_and_validate() {
