@@ -748,6 +748,37 @@ mod tests {
         }
     }
 
+    /// `docs/operations.md`'s metrics reference names every metric `/metrics` can expose, with
+    /// its type, and nothing else.
+    #[test]
+    fn the_metrics_reference_lists_every_metric_with_its_type() {
+        let mut text = Metrics::default().render(Some(lakestream_reader::cache::CacheStats::default()));
+        crate::objects::ObjectStoreMetrics::default().render(&mut text);
+        render_writer(&lakestream_writer::WriterStats::default(), &mut text);
+        render_oxia(&lakestream_meta_oxia::OxiaStats::default(), &mut text);
+        let exposed: std::collections::BTreeMap<String, String> = text
+            .lines()
+            .filter_map(|l| l.strip_prefix("# TYPE "))
+            .map(|rest| {
+                let (name, kind) = rest.split_once(' ').unwrap();
+                (name.to_string(), kind.to_string())
+            })
+            .collect();
+        let docs = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/operations.md");
+        let docs = std::fs::read_to_string(docs).unwrap();
+        let documented: std::collections::BTreeMap<String, String> = docs
+            .lines()
+            .filter_map(|l| l.strip_prefix("| `lakestream_"))
+            .map(|rest| {
+                let mut cells = rest.split('|');
+                let name = format!("lakestream_{}", cells.next().unwrap().trim().trim_end_matches('`'));
+                (name, cells.next().unwrap().trim().to_string())
+            })
+            .collect();
+        assert!(exposed.len() > 40, "{exposed:?}");
+        assert_eq!(documented, exposed);
+    }
+
     #[test]
     fn histogram_buckets_are_cumulative() {
         let h = Histogram::default();
