@@ -174,18 +174,73 @@ async fn run_client(command: Command) -> Result<(), String> {
     }
 }
 
-/// Logs to stderr in `format`, filtered by `RUST_LOG` (default `info`).
-fn init_logging(format: LogFormat) {
+/// What must live as long as the process for its logs and traces: the span exporter, whose
+/// pending batches are sent when it is dropped.
+struct Telemetry {
+    #[cfg(feature = "otlp")]
+    provider: Option<opentelemetry_sdk::trace::SdkTracerProvider>,
+}
+
+impl Drop for Telemetry {
+    fn drop(&mut self) {
+        #[cfg(feature = "otlp")]
+        if let Some(provider) = self.provider.take() {
+            let _ = provider.shutdown();
+        }
+    }
+}
+
+/// Logs to stderr in `format`, filtered by `RUST_LOG` (default `info`), and exports the same
+/// spans to `otlp_endpoint` when one is given (feature `otlp`).
+fn init_logging(format: LogFormat, otlp_endpoint: Option<&str>) -> Result<Telemetry, String> {
+    use tracing_subscriber::Layer as _;
+    use tracing_subscriber::layer::SubscriberExt as _;
+    use tracing_subscriber::util::SubscriberInitExt as _;
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
-    match format {
+    let lines = tracing_subscriber::fmt::layer().with_writer(std::io::stderr);
+    let lines = match format {
         // Colours only on a terminal: log files and collectors get plain text.
-        LogFormat::Text => builder.with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr())).init(),
+        LogFormat::Text => lines.with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr())).boxed(),
         // One object per line; the enclosing spans' fields (a request's id) in `span` and
         // `spans`.
-        LogFormat::Json => builder.json().with_current_span(true).with_span_list(true).init(),
+        LogFormat::Json => lines.json().with_current_span(true).with_span_list(true).boxed(),
+    };
+    #[cfg(feature = "otlp")]
+    {
+        use opentelemetry::trace::TracerProvider as _;
+        let provider = otlp_endpoint.map(otlp_provider).transpose()?;
+        let spans =
+            provider.as_ref().map(|p| tracing_opentelemetry::layer().with_tracer(p.tracer("lakestream")));
+        tracing_subscriber::registry().with(filter).with(lines).with(spans).init();
+        Ok(Telemetry { provider })
     }
+    #[cfg(not(feature = "otlp"))]
+    {
+        if otlp_endpoint.is_some() {
+            return Err("tracing.otlp_endpoint is set, but this lakestream was built without the `otlp` \
+                 feature (cargo build -p lakestream-cli --features otlp)"
+                .into());
+        }
+        tracing_subscriber::registry().with(filter).with(lines).init();
+        Ok(Telemetry {})
+    }
+}
+
+/// Batches of spans to an OTLP/HTTP collector at `endpoint`, from a thread of their own.
+#[cfg(feature = "otlp")]
+fn otlp_provider(endpoint: &str) -> Result<opentelemetry_sdk::trace::SdkTracerProvider, String> {
+    use opentelemetry_otlp::WithExportConfig as _;
+    let exporter = opentelemetry_otlp::SpanExporter::builder()
+        .with_http()
+        .with_endpoint(endpoint)
+        .build()
+        .map_err(|e| format!("tracing.otlp_endpoint {endpoint:?}: {e}"))?;
+    let resource = opentelemetry_sdk::Resource::builder().with_service_name("lakestream").build();
+    Ok(opentelemetry_sdk::trace::SdkTracerProvider::builder()
+        .with_batch_exporter(exporter)
+        .with_resource(resource)
+        .build())
 }
 
 fn main() -> ExitCode {
@@ -208,7 +263,15 @@ fn main() -> ExitCode {
         _ => None,
     };
     let configured = config.as_ref().map(|c| c.log.format);
-    init_logging(cli.log_format.or(configured).unwrap_or_default());
+    let otlp_endpoint = config.as_ref().and_then(|c| c.tracing.otlp_endpoint.as_deref());
+    // Dropped when main returns: pending spans are exported then.
+    let _telemetry = match init_logging(cli.log_format.or(configured).unwrap_or_default(), otlp_endpoint) {
+        Ok(t) => t,
+        Err(e) => {
+            eprintln!("lakestream: {e}");
+            return ExitCode::from(2);
+        }
+    };
     if let Command::Bench(args) = cli.command {
         return lakestream_bench::cli::main(args);
     }

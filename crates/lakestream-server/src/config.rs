@@ -52,6 +52,18 @@ pub struct ServerConfig {
     pub cloudevents: lakestream_cloudevents::ledger::LedgerConfig,
     /// Logging: `format = "text"` (the default) or `"json"`.
     pub log: LogConfig,
+    /// Trace export: `otlp_endpoint` (needs a `lakestream` built with the `otlp` feature).
+    pub tracing: TracingConfig,
+}
+
+/// Where spans are exported, if anywhere.
+#[derive(Debug, Clone, Default, Deserialize, PartialEq, Eq)]
+#[serde(default, deny_unknown_fields)]
+pub struct TracingConfig {
+    /// An OTLP/HTTP collector's traces URL (`http://collector:4318/v1/traces`): every span
+    /// (a request's, with its id) is exported there in batches. Off when absent. Needs the
+    /// `otlp` cargo feature of `lakestream-cli`; without it, setting this is an error at start.
+    pub otlp_endpoint: Option<String>,
 }
 
 /// How the service writes its logs (to stderr). The `lakestream` command applies it; the
