@@ -19,6 +19,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
+use lakestream_server::config::LogFormat;
 use lakestream_server::{ServerConfig, Stack};
 
 #[derive(Debug, Parser)]
@@ -30,6 +31,10 @@ use lakestream_server::{ServerConfig, Stack};
 struct Cli {
     #[command(subcommand)]
     command: Command,
+    /// Log line format on stderr: `text` or `json` (one object per line, with the request's
+    /// span fields). Overrides `[log] format` of a configuration file.
+    #[arg(long, global = true, env = "LAKESTREAM_LOG_FORMAT")]
+    log_format: Option<LogFormat>,
 }
 
 #[derive(Debug, Subcommand)]
@@ -169,17 +174,104 @@ async fn run_client(command: Command) -> Result<(), String> {
     }
 }
 
-fn main() -> ExitCode {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
-        )
-        .with_writer(std::io::stderr)
+/// What must live as long as the process for its logs and traces: the span exporter, whose
+/// pending batches are sent when it is dropped.
+struct Telemetry {
+    #[cfg(feature = "otlp")]
+    provider: Option<opentelemetry_sdk::trace::SdkTracerProvider>,
+}
+
+impl Drop for Telemetry {
+    fn drop(&mut self) {
+        #[cfg(feature = "otlp")]
+        if let Some(provider) = self.provider.take() {
+            let _ = provider.shutdown();
+        }
+    }
+}
+
+/// Logs to stderr in `format`, filtered by `RUST_LOG` (default `info`), and exports the same
+/// spans to `otlp_endpoint` when one is given (feature `otlp`).
+fn init_logging(format: LogFormat, otlp_endpoint: Option<&str>) -> Result<Telemetry, String> {
+    use tracing_subscriber::Layer as _;
+    use tracing_subscriber::layer::SubscriberExt as _;
+    use tracing_subscriber::util::SubscriberInitExt as _;
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let lines = tracing_subscriber::fmt::layer().with_writer(std::io::stderr);
+    let lines = match format {
         // Colours only on a terminal: log files and collectors get plain text.
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .init();
+        LogFormat::Text => lines.with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr())).boxed(),
+        // One object per line; the enclosing spans' fields (a request's id) in `span` and
+        // `spans`.
+        LogFormat::Json => lines.json().with_current_span(true).with_span_list(true).boxed(),
+    };
+    #[cfg(feature = "otlp")]
+    {
+        use opentelemetry::trace::TracerProvider as _;
+        let provider = otlp_endpoint.map(otlp_provider).transpose()?;
+        let spans =
+            provider.as_ref().map(|p| tracing_opentelemetry::layer().with_tracer(p.tracer("lakestream")));
+        tracing_subscriber::registry().with(filter).with(lines).with(spans).init();
+        Ok(Telemetry { provider })
+    }
+    #[cfg(not(feature = "otlp"))]
+    {
+        if otlp_endpoint.is_some() {
+            return Err("tracing.otlp_endpoint is set, but this lakestream was built without the `otlp` \
+                 feature (cargo build -p lakestream-cli --features otlp)"
+                .into());
+        }
+        tracing_subscriber::registry().with(filter).with(lines).init();
+        Ok(Telemetry {})
+    }
+}
+
+/// Batches of spans to an OTLP/HTTP collector at `endpoint`, from a thread of their own.
+#[cfg(feature = "otlp")]
+fn otlp_provider(endpoint: &str) -> Result<opentelemetry_sdk::trace::SdkTracerProvider, String> {
+    use opentelemetry_otlp::WithExportConfig as _;
+    let exporter = opentelemetry_otlp::SpanExporter::builder()
+        .with_http()
+        .with_endpoint(endpoint)
+        .build()
+        .map_err(|e| format!("tracing.otlp_endpoint {endpoint:?}: {e}"))?;
+    let resource = opentelemetry_sdk::Resource::builder().with_service_name("lakestream").build();
+    Ok(opentelemetry_sdk::trace::SdkTracerProvider::builder()
+        .with_batch_exporter(exporter)
+        .with_resource(resource)
+        .build())
+}
+
+fn main() -> ExitCode {
     let cli = Cli::parse();
+    // A service's format may come from its configuration file; every other command logs
+    // as the flag (or LAKESTREAM_LOG_FORMAT) says.
+    let config = match &cli.command {
+        Command::Dev { .. }
+        | Command::Serve(_)
+        | Command::Writer(_)
+        | Command::Reader(_)
+        | Command::Compactor(_)
+        | Command::Catalog(_) => match load_config(&cli.command) {
+            Ok(c) => Some(c),
+            Err(e) => {
+                eprintln!("lakestream: {e}");
+                return ExitCode::from(2);
+            }
+        },
+        _ => None,
+    };
+    let configured = config.as_ref().map(|c| c.log.format);
+    let otlp_endpoint = config.as_ref().and_then(|c| c.tracing.otlp_endpoint.as_deref());
+    // Dropped when main returns: pending spans are exported then.
+    let _telemetry = match init_logging(cli.log_format.or(configured).unwrap_or_default(), otlp_endpoint) {
+        Ok(t) => t,
+        Err(e) => {
+            eprintln!("lakestream: {e}");
+            return ExitCode::from(2);
+        }
+    };
     if let Command::Bench(args) = cli.command {
         return lakestream_bench::cli::main(args);
     }
@@ -211,12 +303,9 @@ fn main() -> ExitCode {
             }
         };
     }
-    let config = match load_config(&cli.command) {
-        Ok(c) => c,
-        Err(e) => {
-            eprintln!("lakestream: {e}");
-            return ExitCode::from(2);
-        }
+    let Some(config) = config else {
+        eprintln!("lakestream: this command needs no service configuration");
+        return ExitCode::from(2);
     };
     let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(r) => r,

@@ -37,6 +37,7 @@ use crate::proto::oxia::{
 };
 use crate::routing::{ShardId, ShardMap};
 use crate::rpc::{Method, Rpc, channel};
+use crate::stats::{Counters, OxiaStats, RequestKind};
 use crate::write_stream::{Opener, ShardWriter, StreamChannels, WriteReply, open_grpc_stream};
 
 /// How many times a read or session call is tried before its error is returned.
@@ -70,6 +71,8 @@ struct Inner {
     /// Leaders named by "not leader" errors, valid for the map generation they were seen in.
     leader_hints: Mutex<HashMap<ShardId, (u64, String)>>,
     assignments: JoinHandle<()>,
+    /// Requests by kind, for [`OxiaClient::stats`].
+    stats: Arc<Counters>,
 }
 
 impl Drop for Inner {
@@ -109,6 +112,7 @@ impl OxiaClient {
                 writers: Mutex::default(),
                 leader_hints: Mutex::default(),
                 assignments,
+                stats: Arc::default(),
             }),
         })
     }
@@ -132,9 +136,21 @@ impl OxiaClient {
                 writers: Mutex::default(),
                 leader_hints: Mutex::default(),
                 assignments: tokio::spawn(async {}),
+                stats: Arc::default(),
             }),
         };
         (client, map_tx)
+    }
+
+    /// The requests made since the client connected, by kind, and how many failed.
+    pub fn stats(&self) -> OxiaStats {
+        self.inner.stats.snapshot()
+    }
+
+    /// Counts the outcome of one request of `kind`.
+    fn counted<T, E>(&self, kind: RequestKind, result: Result<T, E>) -> Result<T, E> {
+        self.inner.stats.record(kind, result.is_err());
+        result
     }
 
     /// The settings in use.
@@ -271,7 +287,13 @@ impl OxiaClient {
         shard: ShardId,
         request: WriteRequest,
     ) -> impl Future<Output = WriteReply> + Send + use<> {
-        self.writer(shard).write(request, self.inner.config.request_timeout)
+        let reply = self.writer(shard).write(request, self.inner.config.request_timeout);
+        let stats = Arc::clone(&self.inner.stats);
+        async move {
+            let reply = reply.await;
+            stats.record(RequestKind::Write, reply.is_err());
+            reply
+        }
     }
 
     /// A write whose failure is reported as a store error.
@@ -287,12 +309,14 @@ impl OxiaClient {
     /// `Read`: the responses to the request's gets, in request order, from every stream
     /// message.
     pub async fn read(&self, shard: ShardId, request: ReadRequest) -> MetaResult<Vec<GetResponse>> {
-        self.collect_stream(shard, Method::Read, request, |m: ReadResponse| m.gets, None).await
+        let result = self.collect_stream(shard, Method::Read, request, |m: ReadResponse| m.gets, None).await;
+        self.counted(RequestKind::Read, result)
     }
 
     /// `List`: the keys of every stream message, in the shard's order.
     pub async fn list(&self, shard: ShardId, request: ListRequest) -> MetaResult<Vec<String>> {
-        self.collect_stream(shard, Method::List, request, |m: ListResponse| m.keys, None).await
+        let result = self.collect_stream(shard, Method::List, request, |m: ListResponse| m.keys, None).await;
+        self.counted(RequestKind::List, result)
     }
 
     /// `RangeScan`: the records of every stream message, stopping (cancelling the call) once
@@ -303,7 +327,10 @@ impl OxiaClient {
         request: RangeScanRequest,
         limit: Option<usize>,
     ) -> MetaResult<Vec<GetResponse>> {
-        self.collect_stream(shard, Method::RangeScan, request, |m: RangeScanResponse| m.records, limit).await
+        let result = self
+            .collect_stream(shard, Method::RangeScan, request, |m: RangeScanResponse| m.records, limit)
+            .await;
+        self.counted(RequestKind::Scan, result)
     }
 
     /// Calls a server-streaming `method` (retried while nothing was received) and collects the
@@ -368,13 +395,13 @@ impl OxiaClient {
             client_identity: self.inner.config.client_identity.clone(),
         };
         let call_timeout = self.inner.config.request_timeout;
-        let response: CreateSessionResponse = self
+        let response: Result<CreateSessionResponse, OxiaError> = self
             .with_retries(shard, Method::CreateSession, |rpc| {
                 let request = request.clone();
                 async move { rpc.unary(Method::CreateSession, request, call_timeout).await }
             })
-            .await?;
-        Ok(response.session_id)
+            .await;
+        Ok(self.counted(RequestKind::Session, response)?.session_id)
     }
 
     /// One `KeepAlive` for a session, on the current leader, without retries (the next
@@ -385,9 +412,13 @@ impl OxiaClient {
         session_id: i64,
         timeout: Duration,
     ) -> Result<(), OxiaError> {
-        let rpc = self.leader_of(shard).and_then(|leader| self.rpc_for(&leader))?;
+        let rpc = match self.leader_of(shard).and_then(|leader| self.rpc_for(&leader)) {
+            Ok(rpc) => rpc,
+            Err(error) => return self.counted(RequestKind::Session, Err(error)),
+        };
         let result: Result<KeepAliveResponse, OxiaError> =
             rpc.unary(Method::KeepAlive, SessionHeartbeat { shard, session_id }, timeout).await;
+        let result = self.counted(RequestKind::Session, result);
         if let Err(error) = &result
             && let RetryAdvice::Reroute { leader_hint } = error.retry_advice()
         {
@@ -399,12 +430,12 @@ impl OxiaClient {
     /// `CloseSession`: the server deletes the session's ephemeral records.
     pub async fn close_session(&self, shard: ShardId, session_id: i64) -> Result<(), OxiaError> {
         let call_timeout = self.inner.config.request_timeout;
-        let _: CloseSessionResponse = self
+        let response: Result<CloseSessionResponse, OxiaError> = self
             .with_retries(shard, Method::CloseSession, |rpc| async move {
                 rpc.unary(Method::CloseSession, CloseSessionRequest { shard, session_id }, call_timeout).await
             })
-            .await?;
-        Ok(())
+            .await;
+        self.counted(RequestKind::Session, response).map(|_| ())
     }
 }
 
@@ -518,6 +549,28 @@ mod tests {
 
     fn publish(map_tx: &watch::Sender<Option<MapState>>, map: ShardMap, generation: u64) {
         map_tx.send_replace(Some(MapState { map: Arc::new(map), generation }));
+    }
+
+    /// Requests are counted by kind, failures too: with no server behind the address, a
+    /// read, a list, a scan, a write and a session call each fail once.
+    #[tokio::test]
+    async fn requests_are_counted_by_kind_with_their_failures() {
+        let (client, _map_tx) = client_with_map(ShardMap::standalone(1, "127.0.0.1:1").expect("valid"));
+        assert_eq!(client.stats(), OxiaStats::default());
+        client
+            .read(0, crate::requests::read_request(0, "k", lakestream_meta::Comparison::Equal).unwrap())
+            .await
+            .unwrap_err();
+        client.list(0, crate::requests::list_request(0, "a", "b")).await.unwrap_err();
+        client.range_scan(0, crate::requests::range_scan_request(0, "a", "b"), None).await.unwrap_err();
+        let put = put_request("p", "k", bytes::Bytes::new(), lakestream_meta::PutCondition::None).unwrap();
+        client.write(0, write_put(0, put)).await.unwrap_err();
+        client.keep_alive(0, 1, Duration::from_millis(200)).await.unwrap_err();
+        let stats = client.stats();
+        for kind in RequestKind::ALL {
+            assert_eq!(stats.of(kind), crate::stats::RequestCounts { requests: 1, errors: 1 }, "{kind:?}");
+        }
+        assert_eq!(stats.by_kind().map(|(k, _)| k.name()), ["write", "read", "list", "scan", "session"]);
     }
 
     #[tokio::test]

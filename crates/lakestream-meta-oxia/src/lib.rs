@@ -69,6 +69,7 @@ pub mod responses;
 pub mod routing;
 pub mod rpc;
 pub mod session;
+pub mod stats;
 pub mod store;
 #[cfg(feature = "testkit")]
 pub mod testkit;
@@ -81,4 +82,5 @@ pub use config::{
 pub use errors::{OxiaError, OxiaErrorKind};
 pub use routing::{ShardId, ShardMap, routing_hash};
 pub use session::{OxiaSession, shard_sessions_from_id};
+pub use stats::{OxiaStats, RequestCounts, RequestKind};
 pub use store::OxiaStore;

@@ -26,7 +26,8 @@ use lakestream_meta::{MetaError, MetaStore, PutCondition, Session};
 use lakestream_meta_oxia::errors::OxiaErrorKind;
 use lakestream_meta_oxia::testkit::{self, Relay, StandaloneOxia};
 use lakestream_meta_oxia::{
-    LEGACY_SERVICE_NAME, OxiaClient, OxiaConfig, OxiaStore, ShardMap, V1_SERVICE_NAME, shard_sessions_from_id,
+    LEGACY_SERVICE_NAME, OxiaClient, OxiaConfig, OxiaStore, RequestKind, ShardMap, V1_SERVICE_NAME,
+    shard_sessions_from_id,
 };
 
 /// The server under test; panics (never skips) when it is not configured.
@@ -465,4 +466,30 @@ async fn reads_survive_dropped_connections() {
             "read {round} after a cut"
         );
     }
+}
+
+/// The client's request counts on a real server: each primitive is one request of its kind,
+/// and answers such as "the key exists" are not request errors.
+#[tokio::test]
+async fn requests_are_counted_by_kind_on_a_real_server() {
+    let s = store().await;
+    let before = s.client().stats();
+    let partition = format!("stats-{}", fresh_log_id());
+    let key = format!("/stats/{partition}");
+    s.put(&partition, &key, Bytes::from_static(b"v"), PutCondition::None).await.unwrap();
+    let exists = s.put(&partition, &key, Bytes::new(), PutCondition::IfAbsent).await;
+    assert!(matches!(exists, Err(MetaError::KeyExists { .. })), "{exists:?}");
+    s.get(&partition, &key).await.unwrap().unwrap();
+    s.list(&partition, "/stats/", "/stats//").await.unwrap();
+    s.scan(&partition, "/stats/", "/stats//", None).await.unwrap();
+    let after = s.client().stats();
+    let delta = |kind: RequestKind| {
+        let (a, b) = (after.of(kind), before.of(kind));
+        (a.requests - b.requests, a.errors - b.errors)
+    };
+    assert_eq!(delta(RequestKind::Write), (2, 0));
+    assert_eq!(delta(RequestKind::Read), (1, 0));
+    assert_eq!(delta(RequestKind::List), (1, 0));
+    assert_eq!(delta(RequestKind::Scan), (1, 0));
+    s.delete(&partition, &key).await.unwrap();
 }

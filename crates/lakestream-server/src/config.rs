@@ -53,6 +53,53 @@ pub struct ServerConfig {
     /// CloudEvents ingest: the deduplication window (`dedup_window`, default 1 h, at most
     /// 24 h) and the claim lapse (`claim_lapse`, default 2 min).
     pub cloudevents: lakestream_cloudevents::ledger::LedgerConfig,
+    /// Logging: `format = "text"` (the default) or `"json"`.
+    pub log: LogConfig,
+    /// Trace export: `otlp_endpoint` (needs a `lakestream` built with the `otlp` feature).
+    pub tracing: TracingConfig,
+}
+
+/// Where spans are exported, if anywhere.
+#[derive(Debug, Clone, Default, Deserialize, PartialEq, Eq)]
+#[serde(default, deny_unknown_fields)]
+pub struct TracingConfig {
+    /// An OTLP/HTTP collector's traces URL (`http://collector:4318/v1/traces`): every span
+    /// (a request's, with its id) is exported there in batches. Off when absent. Needs the
+    /// `otlp` cargo feature of `lakestream-cli`; without it, setting this is an error at start.
+    pub otlp_endpoint: Option<String>,
+}
+
+/// How the service writes its logs (to stderr). The `lakestream` command applies it; the
+/// filter stays `RUST_LOG`.
+#[derive(Debug, Clone, Default, Deserialize, PartialEq, Eq)]
+#[serde(default, deny_unknown_fields)]
+pub struct LogConfig {
+    /// `text` (human-readable lines, the default) or `json` (one JSON object per line, with
+    /// the fields of the enclosing spans: a request's `id`, `method` and `path`).
+    pub format: LogFormat,
+}
+
+/// A log line format.
+#[derive(Debug, Clone, Copy, Default, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum LogFormat {
+    /// Human-readable lines.
+    #[default]
+    Text,
+    /// One JSON object per line.
+    Json,
+}
+
+impl std::str::FromStr for LogFormat {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "text" => Ok(LogFormat::Text),
+            "json" => Ok(LogFormat::Json),
+            _ => Err(format!("{s:?} is neither `text` nor `json`")),
+        }
+    }
 }
 
 /// When the compactor role runs.
@@ -333,12 +380,13 @@ pub const ENV_SEPARATOR: &str = "__";
 /// The documented short names kept from before the general rule, and the keys each sets.
 /// `LAKESTREAM_OXIA_ADDRESSES` also switches `metadata` to Oxia, and `LAKESTREAM_S3_ENDPOINT`
 /// sets the endpoint of every S3 root.
-pub const ENV_ALIASES: [(&str, &[&str]); 5] = [
+pub const ENV_ALIASES: [(&str, &[&str]); 6] = [
     ("LAKESTREAM_HTTP_ADDR", &["http.addr"]),
     ("LAKESTREAM_GRPC_ADDR", &["grpc.addr"]),
     ("LAKESTREAM_OXIA_ADDRESSES", &["metadata.addresses"]),
     ("LAKESTREAM_S3_ENDPOINT", &["storage.wal.endpoint", "storage.compacted.endpoint"]),
     ("LAKESTREAM_CLOUDEVENTS_DEDUP_WINDOW", &["cloudevents.dedup_window"]),
+    ("LAKESTREAM_LOG_FORMAT", &["log.format"]),
 ];
 
 /// Keys whose values are secrets: an error about them, or about a section holding them, never
@@ -585,9 +633,19 @@ impl ServerConfig {
 
     /// Applies the aliases ([`ENV_ALIASES`]: `LAKESTREAM_HTTP_ADDR`, `LAKESTREAM_GRPC_ADDR`,
     /// `LAKESTREAM_OXIA_ADDRESSES`, `LAKESTREAM_S3_ENDPOINT` (the endpoint of every S3 root),
-    /// `LAKESTREAM_CLOUDEVENTS_DEDUP_WINDOW`), read through `var` so tests need not touch the
-    /// process environment. [`ServerConfig::load`] applies them and the general rule.
+    /// `LAKESTREAM_CLOUDEVENTS_DEDUP_WINDOW`, `LAKESTREAM_LOG_FORMAT`), read through `var` so
+    /// tests need not touch the process environment. [`ServerConfig::load`] applies them and
+    /// the general rule.
     pub fn apply_env(&mut self, var: impl Fn(&str) -> Option<String>) -> Result<(), ConfigError> {
+        if let Some(format) = var("LAKESTREAM_LOG_FORMAT") {
+            self.log.format = format
+                .parse()
+                .map_err(|message| ConfigError::Env {
+                    var: "LAKESTREAM_LOG_FORMAT".into(),
+                    key: "log.format".into(),
+                    message,
+                })?;
+        }
         if let Some(window) = var("LAKESTREAM_CLOUDEVENTS_DEDUP_WINDOW") {
             self.cloudevents.dedup_window = parse_duration(&window).map_err(|message| ConfigError::Env {
                 var: "LAKESTREAM_CLOUDEVENTS_DEDUP_WINDOW".into(),
@@ -986,6 +1044,21 @@ mod tests {
         );
         let shown = format!("{config:?}");
         assert!(!shown.contains("hunter2secret") && !shown.contains("987654321098"), "{shown}");
+    }
+
+    #[test]
+    fn the_log_format_comes_from_the_file_then_the_environment() {
+        let path = Path::new("test.toml");
+        assert_eq!(ServerConfig::default().log.format, LogFormat::Text);
+        let mut c = ServerConfig::from_toml("[log]\nformat = \"json\"\n", path).unwrap();
+        assert_eq!(c.log.format, LogFormat::Json);
+        c.apply_env(|v| (v == "LAKESTREAM_LOG_FORMAT").then(|| "text".to_string())).unwrap();
+        assert_eq!(c.log.format, LogFormat::Text);
+        let e = c.apply_env(|v| (v == "LAKESTREAM_LOG_FORMAT").then(|| "yaml".to_string())).unwrap_err();
+        assert!(e.to_string().contains("LAKESTREAM_LOG_FORMAT"), "{e}");
+        let e = ServerConfig::from_toml("[log]\nformat = \"xml\"\n", path).unwrap_err();
+        assert!(e.to_string().contains("xml"), "{e}");
+        assert!(ServerConfig::from_toml("[log]\nfromat = \"json\"\n", path).is_err(), "a typo is refused");
     }
 
     #[test]

@@ -592,8 +592,8 @@ async fn ingest_handler(
             (StatusCode::OK, axum::Json(serde_json::json!({ "events": results }))).into_response()
         }
         Ok(IngestOutcome::InFlight { index, retry_after }) => {
+            // (`http_errors` counts the 409 in the request layer, like every error answer.)
             s.metrics.events_in_flight.fetch_add(1, Ordering::Relaxed);
-            s.metrics.http_errors.fetch_add(1, Ordering::Relaxed);
             let body = serde_json::json!({ "error": {
                 "code": "in_flight",
                 "message": format!("event {index} of the request is being appended by another request; retry the whole request"),

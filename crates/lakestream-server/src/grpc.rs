@@ -10,7 +10,9 @@
 //! - fails with the code [`crate::api::ErrorKind::grpc_code`] gives, the message naming what
 //!   was wrong, `lakestream-error-code` metadata holding the stable code, and `retry-after`
 //!   (seconds) on retryable `UNAVAILABLE`s;
-//! - is counted in `lakestream_grpc_requests_total` / `lakestream_grpc_errors_total`.
+//! - is counted in `lakestream_grpc_requests_total{method, code}` (the method's name, or
+//!   `unknown` for a path that is not ours) and `lakestream_grpc_request_duration_seconds`, and
+//!   a failure in `lakestream_grpc_errors_total`.
 //!
 //! A request message over `grpc.max_message_bytes` is refused by the transport before it is
 //! decoded; [`serve`] turns tonic's `OUT_OF_RANGE` for it into `RESOURCE_EXHAUSTED`, the code
@@ -507,10 +509,11 @@ where
             request.headers_mut().insert(REQUEST_ID, id.clone());
         }
         let metrics = self.metrics.clone();
+        let method = crate::metrics::GrpcRequestMetrics::method_of(request.uri().path());
+        let started = std::time::Instant::now();
         let answer = self.inner.call(request);
         Box::pin(async move {
             let mut response = answer.await?;
-            metrics.grpc_requests.fetch_add(1, Ordering::Relaxed);
             // A failed unary call answers with its status in the headers (trailers-only).
             if let Some(status) = response.extensions().get::<Status>() {
                 if status.code() == tonic::Code::OutOfRange
@@ -523,6 +526,9 @@ where
                     metrics.grpc_errors.fetch_add(1, Ordering::Relaxed);
                 }
             }
+            // A unary call that succeeded carries its OK in the trailers, after the message.
+            let code = response.extensions().get::<Status>().map_or(tonic::Code::Ok, Status::code);
+            metrics.grpc_requests.observe(method, code, started.elapsed());
             if let Some(id) = id {
                 response.headers_mut().insert(REQUEST_ID, id);
             }

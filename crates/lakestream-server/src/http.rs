@@ -129,7 +129,8 @@ async fn authorize(
 pub use crate::api::REQUEST_ID;
 
 /// Runs every request in a tracing span with its method, path and id (see [`REQUEST_ID`]),
-/// logs failures and counts them.
+/// logs failures and counts every request by route template (the router's pattern, or
+/// `unmatched`: never the raw path), method and status class.
 async fn request_span(
     State(s): State<AppState>,
     mut request: axum::extract::Request,
@@ -142,9 +143,13 @@ async fn request_span(
     }
     let span =
         tracing::info_span!("request", id = %id, method = %request.method(), path = %request.uri().path());
+    // This layer runs per route (and on the fallback), after routing: the pattern is known.
+    let route = request.extensions().get::<MatchedPath>().map(|p| p.as_str().to_owned());
+    let method = request.method().clone();
     let started = Instant::now();
     let mut response = next.run(request).instrument(span.clone()).await;
     let status = response.status();
+    s.metrics.http_requests.observe(route.as_deref(), &method, status, started.elapsed());
     if status.is_client_error() || status.is_server_error() {
         s.metrics.http_errors.fetch_add(1, Ordering::Relaxed);
         span.in_scope(
@@ -221,6 +226,12 @@ async fn metrics(State(s): State<AppState>) -> Response {
     let cache = s.stack.reader.as_ref().map(Reader::cache_stats);
     let mut text = s.metrics.render(cache);
     s.stack.object_ops.render(&mut text);
+    if let Some(writer) = &s.stack.writer {
+        crate::metrics::render_writer(&writer.stats(), &mut text);
+    }
+    if let Some(oxia) = &s.stack.oxia {
+        crate::metrics::render_oxia(&oxia.stats(), &mut text);
+    }
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text).into_response()
 }
 

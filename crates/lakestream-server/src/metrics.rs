@@ -2,6 +2,7 @@
 //! a few relaxed increments on the hot path.
 
 use std::fmt::Write as _;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
@@ -32,13 +33,201 @@ impl Histogram {
 
     fn render(&self, name: &str, help: &str, out: &mut String) {
         let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} histogram");
+        self.render_series(name, "", out);
+    }
+
+    /// The samples of one series of a labelled histogram; `labels` is `a="x",b="y"` (already
+    /// escaped) or empty.
+    fn render_series(&self, name: &str, labels: &str, out: &mut String) {
+        let sep = if labels.is_empty() { "" } else { "," };
         for (bound, bucket) in BUCKETS.iter().zip(&self.buckets) {
-            let _ = writeln!(out, "{name}_bucket{{le=\"{bound}\"}} {}", bucket.load(Ordering::Relaxed));
+            let _ = writeln!(
+                out,
+                "{name}_bucket{{{labels}{sep}le=\"{bound}\"}} {}",
+                bucket.load(Ordering::Relaxed)
+            );
         }
         let count = self.count.load(Ordering::Relaxed);
-        let _ = writeln!(out, "{name}_bucket{{le=\"+Inf\"}} {count}");
-        let _ = writeln!(out, "{name}_sum {}", self.sum_micros.load(Ordering::Relaxed) as f64 / 1e6);
-        let _ = writeln!(out, "{name}_count {count}");
+        let _ = writeln!(out, "{name}_bucket{{{labels}{sep}le=\"+Inf\"}} {count}");
+        let braced = if labels.is_empty() { String::new() } else { format!("{{{labels}}}") };
+        let _ = writeln!(out, "{name}_sum{braced} {}", self.sum_micros.load(Ordering::Relaxed) as f64 / 1e6);
+        let _ = writeln!(out, "{name}_count{braced} {count}");
+    }
+}
+
+/// The route label of a request no route matched (a 404 from the fallback): one value for
+/// every unknown path, so that probing paths cannot grow the label set.
+pub const UNMATCHED_ROUTE: &str = "unmatched";
+
+/// The HTTP methods counted by name; any other method is counted as `other`.
+const HTTP_METHODS: [&str; 7] = ["GET", "POST", "PUT", "DELETE", "HEAD", "PATCH", "OPTIONS"];
+
+/// The status classes, indexed by the status's first digit minus one.
+const STATUS_CLASSES: [&str; 5] = ["1xx", "2xx", "3xx", "4xx", "5xx"];
+
+/// The bounded label value of an HTTP method.
+fn method_label(method: &axum::http::Method) -> &'static str {
+    HTTP_METHODS.iter().find(|m| **m == method.as_str()).copied().unwrap_or("other")
+}
+
+/// One route and method's requests: a count per status class and the latency.
+#[derive(Debug, Default)]
+struct HttpSeries {
+    by_class: [AtomicU64; STATUS_CLASSES.len()],
+    duration: Histogram,
+}
+
+/// HTTP requests by route template (the router's pattern, never the raw path), method and
+/// status class. The label set is bounded by the routes the router has.
+#[derive(Debug, Default)]
+pub struct HttpRequestMetrics {
+    series: std::sync::Mutex<std::collections::BTreeMap<(String, &'static str), Arc<HttpSeries>>>,
+}
+
+impl HttpRequestMetrics {
+    /// Records a request answered with `status` after `elapsed`. `route` is the matched
+    /// route's pattern, or `None` when no route matched.
+    pub fn observe(
+        &self,
+        route: Option<&str>,
+        method: &axum::http::Method,
+        status: axum::http::StatusCode,
+        elapsed: Duration,
+    ) {
+        let key = (route.unwrap_or(UNMATCHED_ROUTE).to_owned(), method_label(method));
+        let series = self.series.lock().unwrap_or_else(|e| e.into_inner()).entry(key).or_default().clone();
+        let class = usize::from(status.as_u16() / 100).clamp(1, 5) - 1;
+        series.by_class[class].fetch_add(1, Ordering::Relaxed);
+        series.duration.observe(elapsed);
+    }
+
+    fn render(&self, out: &mut String) {
+        let series = self.series.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        let name = "lakestream_http_requests_total";
+        let _ = writeln!(
+            out,
+            "# HELP {name} HTTP requests answered, by route template, method and status class.\n# TYPE {name} counter"
+        );
+        for ((route, method), s) in &series {
+            for (class, count) in STATUS_CLASSES.iter().zip(&s.by_class) {
+                let count = count.load(Ordering::Relaxed);
+                if count > 0 {
+                    let _ = writeln!(
+                        out,
+                        "{name}{{route=\"{}\",method=\"{method}\",status=\"{class}\"}} {count}",
+                        LabelValue(route)
+                    );
+                }
+            }
+        }
+        let name = "lakestream_http_request_duration_seconds";
+        let _ = writeln!(
+            out,
+            "# HELP {name} Time to answer an HTTP request (to the response head), by route template and method.\n# TYPE {name} histogram"
+        );
+        for ((route, method), s) in &series {
+            s.duration.render_series(
+                name,
+                &format!("route=\"{}\",method=\"{method}\"", LabelValue(route)),
+                out,
+            );
+        }
+    }
+}
+
+/// The methods of `lakestream.v1.Lakestream`; a call to any other path is counted as
+/// `unknown`.
+pub const GRPC_METHODS: [&str; 12] = [
+    "CreateNamespace",
+    "ListNamespaces",
+    "CreateStream",
+    "GetStream",
+    "ListStreams",
+    "DropStream",
+    "AddPartitions",
+    "Produce",
+    "Fetch",
+    "GetOffsets",
+    "Trim",
+    "ProduceCloudEvents",
+];
+
+/// The gRPC status codes' names, indexed by their numbers.
+const GRPC_CODES: [&str; 17] = [
+    "OK",
+    "CANCELLED",
+    "UNKNOWN",
+    "INVALID_ARGUMENT",
+    "DEADLINE_EXCEEDED",
+    "NOT_FOUND",
+    "ALREADY_EXISTS",
+    "PERMISSION_DENIED",
+    "RESOURCE_EXHAUSTED",
+    "FAILED_PRECONDITION",
+    "ABORTED",
+    "OUT_OF_RANGE",
+    "UNIMPLEMENTED",
+    "INTERNAL",
+    "UNAVAILABLE",
+    "DATA_LOSS",
+    "UNAUTHENTICATED",
+];
+
+/// One gRPC method's calls: a count per status code and the latency.
+#[derive(Debug, Default)]
+struct GrpcSeries {
+    by_code: [AtomicU64; GRPC_CODES.len()],
+    duration: Histogram,
+}
+
+/// gRPC calls by method and status code: at most 13 methods times 17 codes.
+#[derive(Debug, Default)]
+pub struct GrpcRequestMetrics {
+    series: std::sync::Mutex<std::collections::BTreeMap<&'static str, Arc<GrpcSeries>>>,
+}
+
+impl GrpcRequestMetrics {
+    /// The method label of a call to `path` (`/lakestream.v1.Lakestream/Produce`): the
+    /// method's name when it is one of ours, else `unknown`.
+    pub fn method_of(path: &str) -> &'static str {
+        path.strip_prefix("/lakestream.v1.Lakestream/")
+            .and_then(|m| GRPC_METHODS.iter().find(|k| **k == m))
+            .copied()
+            .unwrap_or("unknown")
+    }
+
+    /// Records a call to `method` (see [`GrpcRequestMetrics::method_of`]) answered with `code`
+    /// after `elapsed`.
+    pub fn observe(&self, method: &'static str, code: tonic::Code, elapsed: Duration) {
+        let series = self.series.lock().unwrap_or_else(|e| e.into_inner()).entry(method).or_default().clone();
+        let code = (code as usize).min(GRPC_CODES.len() - 1);
+        series.by_code[code].fetch_add(1, Ordering::Relaxed);
+        series.duration.observe(elapsed);
+    }
+
+    fn render(&self, out: &mut String) {
+        let series = self.series.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        let name = "lakestream_grpc_requests_total";
+        let _ = writeln!(
+            out,
+            "# HELP {name} gRPC calls answered, by method and status code.\n# TYPE {name} counter"
+        );
+        for (method, s) in &series {
+            for (code, count) in GRPC_CODES.iter().zip(&s.by_code) {
+                let count = count.load(Ordering::Relaxed);
+                if count > 0 {
+                    let _ = writeln!(out, "{name}{{method=\"{method}\",code=\"{code}\"}} {count}");
+                }
+            }
+        }
+        let name = "lakestream_grpc_request_duration_seconds";
+        let _ = writeln!(
+            out,
+            "# HELP {name} Time to answer a gRPC call (to the response head), by method.\n# TYPE {name} histogram"
+        );
+        for (method, s) in &series {
+            s.duration.render_series(name, &format!("method=\"{method}\""), out);
+        }
     }
 }
 
@@ -58,6 +247,71 @@ impl std::fmt::Display for LabelValue<'_> {
             }
         }
         Ok(())
+    }
+}
+
+/// Renders a histogram read from a library's counters (integer bounds).
+fn render_snapshot(name: &str, help: &str, h: &lakestream_writer::HistogramSnapshot, out: &mut String) {
+    let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} histogram");
+    for (bound, count) in h.bounds.iter().zip(&h.cumulative) {
+        let _ = writeln!(out, "{name}_bucket{{le=\"{bound}\"}} {count}");
+    }
+    let _ = writeln!(out, "{name}_bucket{{le=\"+Inf\"}} {}", h.count);
+    let _ = writeln!(out, "{name}_sum {}\n{name}_count {}", h.sum, h.count);
+}
+
+/// Appends the writer role's WAL flush counters ([`lakestream_writer::Writer::stats`]): the
+/// rate of `lakestream_wal_objects_written_total` is the WAL's PUTs per second.
+pub fn render_writer(stats: &lakestream_writer::WriterStats, out: &mut String) {
+    let counters = [
+        ("lakestream_wal_objects_written_total", "WAL objects written.", stats.objects_written),
+        (
+            "lakestream_wal_object_write_failures_total",
+            "WAL objects that could not be built or written (their entries failed).",
+            stats.object_write_failures,
+        ),
+    ];
+    for (name, help, value) in counters {
+        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} counter\n{name} {value}");
+    }
+    render_snapshot(
+        "lakestream_wal_object_size_bytes",
+        "Sizes of the WAL objects written.",
+        &stats.object_bytes,
+        out,
+    );
+    render_snapshot(
+        "lakestream_wal_object_logs",
+        "Log sections per WAL object written.",
+        &stats.logs_per_object,
+        out,
+    );
+    let name = "lakestream_wal_index_puts_total";
+    let _ = writeln!(
+        out,
+        "# HELP {name} Index puts (one per log section of a WAL object), by outcome.\n# TYPE {name} counter"
+    );
+    for (outcome, value) in [
+        ("committed", stats.index_puts),
+        ("failed", stats.index_put_failures),
+        ("unknown", stats.index_put_unknown),
+    ] {
+        let _ = writeln!(out, "{name}{{outcome=\"{outcome}\"}} {value}");
+    }
+}
+
+/// Appends the Oxia client's requests by kind (`write`, `read`, `list`, `scan`, `session`)
+/// and their failures, when the metadata store is Oxia.
+pub fn render_oxia(stats: &lakestream_meta_oxia::OxiaStats, out: &mut String) {
+    for (name, help, errors) in [
+        ("lakestream_oxia_requests_total", "Requests to Oxia, by kind.", false),
+        ("lakestream_oxia_request_errors_total", "Requests to Oxia that failed, by kind.", true),
+    ] {
+        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} counter");
+        for (kind, counts) in stats.by_kind() {
+            let value = if errors { counts.errors } else { counts.requests };
+            let _ = writeln!(out, "{name}{{kind=\"{}\"}} {value}", kind.name());
+        }
     }
 }
 
@@ -84,8 +338,10 @@ pub struct Metrics {
     pub http_errors: AtomicU64,
     /// Requests refused by a client's rate limit (both APIs).
     pub rate_limited: AtomicU64,
-    /// gRPC calls answered (any status).
-    pub grpc_requests: AtomicU64,
+    /// HTTP requests by route, method and status class, and their latency.
+    pub http_requests: HttpRequestMetrics,
+    /// gRPC calls by method and status code, and their latency.
+    pub grpc_requests: GrpcRequestMetrics,
     /// gRPC calls answered with a status other than OK.
     pub grpc_errors: AtomicU64,
     /// CloudEvents appended by ingest (not counting duplicates).
@@ -280,7 +536,8 @@ impl Metrics {
             "Requests answered with an error status.",
             &self.http_errors,
         );
-        counter(&mut out, "lakestream_grpc_requests_total", "gRPC calls answered.", &self.grpc_requests);
+        self.http_requests.render(&mut out);
+        self.grpc_requests.render(&mut out);
         counter(
             &mut out,
             "lakestream_grpc_errors_total",
@@ -340,6 +597,8 @@ mod tests {
     fn the_alerts_and_the_dashboard_query_only_metrics_we_expose() {
         let mut text = Metrics::default().render(Some(lakestream_reader::cache::CacheStats::default()));
         crate::objects::ObjectStoreMetrics::default().render(&mut text);
+        render_writer(&lakestream_writer::WriterStats::default(), &mut text);
+        render_oxia(&lakestream_meta_oxia::OxiaStats::default(), &mut text);
         let mut exposed = std::collections::BTreeSet::new();
         for line in text.lines() {
             if let Some(rest) = line.strip_prefix("# TYPE ") {
@@ -369,6 +628,155 @@ mod tests {
             }
         }
         assert!(checked > 40, "only {checked} metric references found");
+    }
+
+    #[test]
+    fn grpc_methods_are_ours_or_unknown() {
+        assert_eq!(GrpcRequestMetrics::method_of("/lakestream.v1.Lakestream/Produce"), "Produce");
+        assert_eq!(GrpcRequestMetrics::method_of("/lakestream.v1.Lakestream/Nope"), "unknown");
+        assert_eq!(GrpcRequestMetrics::method_of("/other.Service/Produce"), "unknown");
+        let m = Metrics::default();
+        m.grpc_requests.observe("unknown", tonic::Code::Unimplemented, Duration::from_millis(1));
+        m.grpc_requests.observe("Produce", tonic::Code::Ok, Duration::from_millis(1));
+        m.grpc_requests.observe("Produce", tonic::Code::Ok, Duration::from_millis(1));
+        let out = m.render(None);
+        assert!(
+            out.contains("lakestream_grpc_requests_total{method=\"unknown\",code=\"UNIMPLEMENTED\"} 1\n"),
+            "{out}"
+        );
+        assert!(out.contains("lakestream_grpc_requests_total{method=\"Produce\",code=\"OK\"} 2\n"), "{out}");
+        parse_scrape(&out).unwrap();
+    }
+
+    #[test]
+    fn http_route_labels_are_escaped_and_the_scrape_parses() {
+        let m = Metrics::default();
+        let (get, ok, missing) =
+            (axum::http::Method::GET, axum::http::StatusCode::OK, axum::http::StatusCode::NOT_FOUND);
+        m.http_requests.observe(Some("/a/{x}"), &get, ok, Duration::from_millis(2));
+        m.http_requests.observe(Some("/a/{x}"), &get, missing, Duration::from_millis(2));
+        m.http_requests.observe(
+            None,
+            &axum::http::Method::from_bytes(b"BREW").unwrap(),
+            missing,
+            Duration::ZERO,
+        );
+        let out = m.render(None);
+        parse_scrape(&out).unwrap_or_else(|e| panic!("{e}\n{out}"));
+        assert!(
+            out.contains(
+                "lakestream_http_requests_total{route=\"/a/{x}\",method=\"GET\",status=\"2xx\"} 1\n"
+            ),
+            "{out}"
+        );
+        assert!(
+            out.contains(
+                "lakestream_http_requests_total{route=\"/a/{x}\",method=\"GET\",status=\"4xx\"} 1\n"
+            ),
+            "{out}"
+        );
+        assert!(
+            out.contains(
+                "lakestream_http_requests_total{route=\"unmatched\",method=\"other\",status=\"4xx\"} 1\n"
+            ),
+            "{out}"
+        );
+        assert!(
+            out.contains(
+                "lakestream_http_request_duration_seconds_count{route=\"/a/{x}\",method=\"GET\"} 2\n"
+            ),
+            "{out}"
+        );
+        assert!(out.contains("lakestream_http_request_duration_seconds_bucket{route=\"/a/{x}\",method=\"GET\",le=\"0.0025\"} 2\n"), "{out}");
+    }
+
+    #[test]
+    fn writer_stats_render_as_counters_and_histograms() {
+        let stats = lakestream_writer::WriterStats {
+            objects_written: 3,
+            object_write_failures: 1,
+            object_bytes: lakestream_writer::HistogramSnapshot {
+                bounds: &[1024, 4096],
+                cumulative: vec![1, 2],
+                count: 3,
+                sum: 10_000,
+            },
+            logs_per_object: lakestream_writer::HistogramSnapshot {
+                bounds: &[1, 2],
+                cumulative: vec![2, 2],
+                count: 3,
+                sum: 9,
+            },
+            index_puts: 8,
+            index_put_failures: 0,
+            index_put_unknown: 1,
+        };
+        let mut out = String::new();
+        render_writer(&stats, &mut out);
+        parse_scrape(&out).unwrap_or_else(|e| panic!("{e}\n{out}"));
+        for line in [
+            "lakestream_wal_objects_written_total 3",
+            "lakestream_wal_object_write_failures_total 1",
+            "lakestream_wal_object_size_bytes_bucket{le=\"4096\"} 2",
+            "lakestream_wal_object_size_bytes_bucket{le=\"+Inf\"} 3",
+            "lakestream_wal_object_size_bytes_sum 10000",
+            "lakestream_wal_object_logs_bucket{le=\"1\"} 2",
+            "lakestream_wal_object_logs_count 3",
+            "lakestream_wal_object_logs_sum 9",
+            "lakestream_wal_index_puts_total{outcome=\"committed\"} 8",
+            "lakestream_wal_index_puts_total{outcome=\"unknown\"} 1",
+        ] {
+            assert!(out.lines().any(|l| l == line), "{line} in\n{out}");
+        }
+    }
+
+    #[test]
+    fn oxia_requests_render_per_kind() {
+        let mut stats = lakestream_meta_oxia::OxiaStats::default();
+        stats.counts[0] = lakestream_meta_oxia::RequestCounts { requests: 7, errors: 2 };
+        stats.counts[4] = lakestream_meta_oxia::RequestCounts { requests: 3, errors: 0 };
+        let mut out = String::new();
+        render_oxia(&stats, &mut out);
+        parse_scrape(&out).unwrap_or_else(|e| panic!("{e}\n{out}"));
+        for line in [
+            "lakestream_oxia_requests_total{kind=\"write\"} 7",
+            "lakestream_oxia_request_errors_total{kind=\"write\"} 2",
+            "lakestream_oxia_requests_total{kind=\"session\"} 3",
+            "lakestream_oxia_requests_total{kind=\"scan\"} 0",
+        ] {
+            assert!(out.lines().any(|l| l == line), "{line} in\n{out}");
+        }
+    }
+
+    /// `docs/operations.md`'s metrics reference names every metric `/metrics` can expose, with
+    /// its type, and nothing else.
+    #[test]
+    fn the_metrics_reference_lists_every_metric_with_its_type() {
+        let mut text = Metrics::default().render(Some(lakestream_reader::cache::CacheStats::default()));
+        crate::objects::ObjectStoreMetrics::default().render(&mut text);
+        render_writer(&lakestream_writer::WriterStats::default(), &mut text);
+        render_oxia(&lakestream_meta_oxia::OxiaStats::default(), &mut text);
+        let exposed: std::collections::BTreeMap<String, String> = text
+            .lines()
+            .filter_map(|l| l.strip_prefix("# TYPE "))
+            .map(|rest| {
+                let (name, kind) = rest.split_once(' ').unwrap();
+                (name.to_string(), kind.to_string())
+            })
+            .collect();
+        let docs = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/operations.md");
+        let docs = std::fs::read_to_string(docs).unwrap();
+        let documented: std::collections::BTreeMap<String, String> = docs
+            .lines()
+            .filter_map(|l| l.strip_prefix("| `lakestream_"))
+            .map(|rest| {
+                let mut cells = rest.split('|');
+                let name = format!("lakestream_{}", cells.next().unwrap().trim().trim_end_matches('`'));
+                (name, cells.next().unwrap().trim().to_string())
+            })
+            .collect();
+        assert!(exposed.len() > 40, "{exposed:?}");
+        assert_eq!(documented, exposed);
     }
 
     #[test]

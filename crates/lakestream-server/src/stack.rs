@@ -46,6 +46,8 @@ pub struct Stack {
     pub ledger: lakestream_cloudevents::ledger::Ledger,
     /// Operations on both object-store roots, for `/metrics`.
     pub object_ops: Arc<crate::objects::ObjectStoreMetrics>,
+    /// The Oxia client, when the metadata store is Oxia: its request counts for `/metrics`.
+    pub oxia: Option<lakestream_meta_oxia::OxiaClient>,
 }
 
 /// Why a service could not start; names the component.
@@ -95,7 +97,7 @@ impl Stack {
         let auth = crate::auth::Authenticator::from_config(&config.auth, |v| std::env::var(v).ok())
             .map_err(|message| crate::config::ConfigError::Invalid { key: "auth.tokens".into(), message })?;
         let clock: Arc<dyn Clock> = Arc::new(SystemClock);
-        let meta = open_meta(&config.metadata, clock.clone()).await?;
+        let (meta, oxia) = open_meta(&config.metadata, clock.clone()).await?;
         // Before any role can write: a service with another deployment's roots stops here.
         crate::deployment::record_or_check(meta.as_ref(), &config.catalog.partition, &roots).await?;
         // One format version per deployment, across processes too.
@@ -202,6 +204,7 @@ impl Stack {
             limiter,
             ledger,
             object_ops,
+            oxia,
         })
     }
 
@@ -267,8 +270,12 @@ fn check_one_format_version(config: &ServerConfig) -> Result<(), crate::config::
     })
 }
 
-async fn open_meta(config: &MetadataConfig, clock: Arc<dyn Clock>) -> Result<Arc<dyn MetaStore>, StartError> {
-    Ok(match config {
+/// The metadata store, and its Oxia client when it is Oxia.
+async fn open_meta(
+    config: &MetadataConfig,
+    clock: Arc<dyn Clock>,
+) -> Result<(Arc<dyn MetaStore>, Option<lakestream_meta_oxia::OxiaClient>), StartError> {
+    let store: Arc<dyn MetaStore> = match config {
         MetadataConfig::Memory => {
             Arc::new(InMemoryStore::with_config(1, clock).map_err(|e| StartError::Metadata(e.to_string()))?)
         }
@@ -309,9 +316,12 @@ async fn open_meta(config: &MetadataConfig, clock: Arc<dyn Clock>) -> Result<Arc
                 };
                 c.tls = Some(OxiaTls { ca_certificate_pem, domain_name: tls_domain.clone() });
             }
-            Arc::new(OxiaStore::connect(c).await.map_err(|e| StartError::Metadata(e.to_string()))?)
+            let store = OxiaStore::connect(c).await.map_err(|e| StartError::Metadata(e.to_string()))?;
+            let client = store.client().clone();
+            return Ok((Arc::new(store), Some(client)));
         }
-    })
+    };
+    Ok((store, None))
 }
 
 fn open_objects(root: &'static str, config: &ObjectStoreConfig) -> Result<Arc<dyn ObjectStore>, StartError> {

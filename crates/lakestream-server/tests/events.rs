@@ -407,6 +407,11 @@ async fn an_event_claimed_by_an_unfinished_request_answers_in_flight() {
     }
     let metrics = String::from_utf8(call(&s.base, "GET", "/metrics", &[], b"").await.body).unwrap();
     assert!(metrics.contains("lakestream_events_in_flight_total 1"), "{metrics}");
+    // The 409 is counted once, as every error answer is, by the request layer.
+    assert!(metrics.lines().any(|l| l == "lakestream_http_errors_total 1"), "{metrics}");
+    let route = "/v1/namespaces/{ns}/streams/{stream}/events";
+    let series = format!(r#"lakestream_http_requests_total{{route="{route}",method="POST",status="4xx"}} 1"#);
+    assert!(metrics.lines().any(|l| l == series), "{series} in\n{metrics}");
     // Once the holder gives up its claim, the retry goes through.
     s.stack.ledger.release(&mut claim).await;
     let statuses = placements(&post_batch(&s.base, &events_path("held"), body).await);

@@ -370,7 +370,16 @@ async fn request_ids_are_honoured_or_made_and_calls_are_counted() {
 
     // The HTTP API's /metrics counts gRPC calls too.
     let metrics = http_get(s.at.http, "/metrics").await;
-    assert!(metrics.contains("lakestream_grpc_requests_total 2"), "{metrics}");
+    // By method and status code.
+    for series in [
+        r#"lakestream_grpc_requests_total{method="GetStream",code="NOT_FOUND"} 1"#,
+        r#"lakestream_grpc_requests_total{method="ListNamespaces",code="OK"} 1"#,
+        r#"lakestream_grpc_request_duration_seconds_count{method="GetStream"} 1"#,
+        r#"lakestream_grpc_request_duration_seconds_bucket{method="ListNamespaces",le="+Inf"} 1"#,
+    ] {
+        assert!(metrics.lines().any(|l| l == series), "{series} in\n{metrics}");
+    }
+    assert_eq!(metrics.lines().filter(|l| l.starts_with("lakestream_grpc_requests_total{")).count(), 2);
     assert!(metrics.contains("lakestream_grpc_errors_total 1"), "{metrics}");
     s.stop().await;
 }

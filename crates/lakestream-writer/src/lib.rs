@@ -20,10 +20,12 @@ pub mod config;
 mod error;
 mod leases;
 pub mod naming;
+pub mod stats;
 mod trim;
 mod writer;
 
 pub use config::{Backpressure, ConfigError, WriterConfig};
 pub use error::{AppendError, TrimError};
+pub use stats::{HistogramSnapshot, WriterStats};
 pub use trim::TrimOutcome;
 pub use writer::{AppendAck, Writer, WriterDeps};

@@ -46,6 +46,7 @@ use crate::config::{Backpressure, WriterConfig};
 use crate::error::AppendError;
 use crate::leases::{HeldLease, Leases};
 use crate::naming::wal_object_name;
+use crate::stats::{Counters, PutOutcome};
 
 /// What an acknowledged append returns: where the entry landed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -135,6 +136,7 @@ struct Inner {
     batcher: mpsc::UnboundedSender<BatcherMsg>,
     closed: AtomicBool,
     tasks: tokio::sync::Mutex<Option<JoinHandle<()>>>,
+    stats: Arc<Counters>,
 }
 
 impl Writer {
@@ -144,9 +146,15 @@ impl Writer {
         let leases = Arc::new(Leases::new(deps.meta.clone(), deps.tokens.clone(), config.session_timeout));
         let (batcher_tx, batcher_rx) = mpsc::unbounded_channel();
         let (uploaded_tx, uploaded_rx) = mpsc::unbounded_channel();
-        let upload = Arc::new(UploadCtx { objects: deps.objects, clock: deps.clock, tokens: deps.tokens });
+        let stats = Arc::new(Counters::default());
+        let upload = Arc::new(UploadCtx {
+            objects: deps.objects,
+            clock: deps.clock,
+            tokens: deps.tokens,
+            stats: stats.clone(),
+        });
         let batcher = tokio::spawn(run_batcher(config.clone(), batcher_rx, uploaded_tx, upload));
-        let publisher = tokio::spawn(run_publisher(uploaded_rx, deps.meta.clone()));
+        let publisher = tokio::spawn(run_publisher(uploaded_rx, deps.meta.clone(), stats.clone()));
         tokio::spawn(crate::leases::run_idle_release(Arc::downgrade(&leases), config.lease_idle_release));
         let pipeline = tokio::spawn(async move {
             let _ = batcher.await;
@@ -161,6 +169,7 @@ impl Writer {
                 batcher: batcher_tx,
                 closed: AtomicBool::new(false),
                 tasks: tokio::sync::Mutex::new(Some(pipeline)),
+                stats,
             }),
         })
     }
@@ -181,6 +190,12 @@ impl Writer {
     /// The logs whose write lease this writer holds now.
     pub async fn leased_logs(&self) -> Vec<LogId> {
         self.inner.leases.held().await
+    }
+
+    /// What the writer has done since it started: WAL objects written (count, sizes, logs
+    /// per object) and index puts by outcome. Cheap: a few atomic loads.
+    pub fn stats(&self) -> crate::stats::WriterStats {
+        self.inner.stats.snapshot()
     }
 
     /// The writer's settings.
@@ -369,6 +384,7 @@ struct UploadCtx {
     objects: Arc<dyn ObjectStore>,
     clock: Arc<dyn Clock>,
     tokens: Arc<dyn TokenSource>,
+    stats: Arc<Counters>,
 }
 
 /// The open batch: entries in acceptance order and the logs they touch.
@@ -476,6 +492,9 @@ async fn flush(
     tokio::spawn(async move {
         let mut entries = taken.entries;
         let outcome = upload(&ctx, &mut entries, &taken.log_order).await;
+        if outcome.is_err() {
+            ctx.stats.object_failed();
+        }
         drop(slot);
         let _ = publisher.send(PublisherMsg::Uploaded(Uploaded { seq, outcome, entries }));
     });
@@ -499,7 +518,9 @@ async fn upload(
     let built = builder.build().map_err(|e| e.to_string())?;
     let name = wal_object_name(ctx.clock.now_ms(), &ctx.tokens.new_token());
     let path = ObjectPath::new(name.clone()).map_err(|e| e.to_string())?;
+    let size = built.bytes.len();
     ctx.objects.put(&path, built.bytes).await.map_err(|e| e.to_string())?;
+    ctx.stats.object_written(size, built.sections.len());
     Ok((name, built.sections))
 }
 
@@ -533,7 +554,11 @@ struct LogQueue {
 /// A3 and A4: publishes each log's sections in the log's flush order, one put in flight per
 /// log; logs are independent of each other. Ends once the batcher and every upload are done
 /// and every put has completed.
-async fn run_publisher(mut rx: mpsc::UnboundedReceiver<PublisherMsg>, meta: Arc<dyn MetaStore>) {
+async fn run_publisher(
+    mut rx: mpsc::UnboundedReceiver<PublisherMsg>,
+    meta: Arc<dyn MetaStore>,
+    stats: Arc<Counters>,
+) {
     let mut logs: HashMap<LogId, LogQueue> = HashMap::new();
     let mut puts = FuturesUnordered::new();
     let mut open = true;
@@ -547,7 +572,7 @@ async fn run_publisher(mut rx: mpsc::UnboundedReceiver<PublisherMsg>, meta: Arc<
                 }
                 Some(PublisherMsg::Uploaded(up)) => {
                     for log_id in settle(up, &mut logs) {
-                        publish_next(log_id, &mut logs, &mut puts, &meta);
+                        publish_next(log_id, &mut logs, &mut puts, &meta, &stats);
                     }
                 }
                 None => open = false,
@@ -556,7 +581,7 @@ async fn run_publisher(mut rx: mpsc::UnboundedReceiver<PublisherMsg>, meta: Arc<
                 if let Some(queue) = logs.get_mut(&log_id) {
                     queue.put_in_flight = false;
                 }
-                publish_next(log_id, &mut logs, &mut puts, &meta);
+                publish_next(log_id, &mut logs, &mut puts, &meta, &stats);
             }
         }
     }
@@ -619,6 +644,7 @@ fn publish_next(
     logs: &mut HashMap<LogId, LogQueue>,
     puts: &mut FuturesUnordered<BoxFuture<'static, LogId>>,
     meta: &Arc<dyn MetaStore>,
+    stats: &Arc<Counters>,
 ) {
     let Some(queue) = logs.get_mut(&log_id) else { return };
     while !queue.put_in_flight {
@@ -630,7 +656,7 @@ fn publish_next(
             Some((_, Slot::Ready(_))) => {
                 let Some((_, Slot::Ready(job))) = queue.objects.pop_front() else { break };
                 queue.put_in_flight = true;
-                puts.push(Box::pin(publish(log_id, job, meta.clone())));
+                puts.push(Box::pin(publish(log_id, job, meta.clone(), stats.clone())));
             }
         }
     }
@@ -640,7 +666,7 @@ fn publish_next(
 }
 
 /// A3 and A4 for one log section: the sequenced put, then each entry's answer.
-async fn publish(log_id: LogId, job: IndexJob, meta: Arc<dyn MetaStore>) -> LogId {
+async fn publish(log_id: LogId, job: IndexJob, meta: Arc<dyn MetaStore>, stats: Arc<Counters>) -> LogId {
     // Stop publishing as soon as the session behind the lease ended (spec SHOULD).
     if job.entries.iter().any(|e| e.lease.is_lost()) {
         for e in job.entries {
@@ -654,6 +680,7 @@ async fn publish(log_id: LogId, job: IndexJob, meta: Arc<dyn MetaStore>) -> LogI
     match result {
         Ok(written) => match IndexKey::parse(&written.key) {
             Ok(key) if key.end_offset >= job.record_count => {
+                stats.index_put(PutOutcome::Committed);
                 let mut offset = key.end_offset - job.record_count;
                 for e in job.entries {
                     let ack = AppendAck {
@@ -667,6 +694,7 @@ async fn publish(log_id: LogId, job: IndexJob, meta: Arc<dyn MetaStore>) -> LogI
                 }
             }
             other => {
+                stats.index_put(PutOutcome::Unknown);
                 let reason = match other {
                     Err(e) => format!("the store returned key {:?}: {e}", written.key),
                     Ok(_) => format!("the store returned key {:?}, below the record count", written.key),
@@ -678,6 +706,7 @@ async fn publish(log_id: LogId, job: IndexJob, meta: Arc<dyn MetaStore>) -> LogI
         },
         Err(err) => {
             let unknown = err.class() == lakestream_format::ErrorClass::OutcomeUnknown;
+            stats.index_put(if unknown { PutOutcome::Unknown } else { PutOutcome::Failed });
             for e in job.entries {
                 let reason = err.to_string();
                 let _ = e.reply.send(Err(if unknown {

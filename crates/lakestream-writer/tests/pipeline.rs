@@ -152,3 +152,92 @@ async fn a_slow_upload_holds_back_only_the_logs_it_holds() {
     assert_eq!(a.await.unwrap().unwrap().offset, 0);
     w.close().await;
 }
+
+/// An object store on which every PUT finds its name taken (so every upload fails).
+#[derive(Debug)]
+struct TakenNames(MemObjects);
+
+#[async_trait]
+impl ObjectStore for TakenNames {
+    async fn put(&self, path: &ObjectPath, bytes: Bytes) -> ObjectResult<()> {
+        self.0.put(path, Bytes::from_static(b"squatter")).await?;
+        self.0.put(path, bytes).await
+    }
+    async fn get(&self, path: &ObjectPath) -> ObjectResult<Bytes> {
+        self.0.get(path).await
+    }
+    async fn get_range(&self, path: &ObjectPath, range: ByteRange) -> ObjectResult<Bytes> {
+        self.0.get_range(path, range).await
+    }
+    async fn head(&self, path: &ObjectPath) -> ObjectResult<ObjectMeta> {
+        self.0.head(path).await
+    }
+    async fn delete(&self, path: &ObjectPath) -> ObjectResult<()> {
+        self.0.delete(path).await
+    }
+    async fn delete_many(&self, paths: &[ObjectPath]) -> ObjectResult<()> {
+        self.0.delete_many(paths).await
+    }
+    fn list(
+        &self,
+        prefix: &ObjectPrefix,
+        start_after: Option<&ObjectPath>,
+    ) -> BoxStream<'static, ObjectResult<ObjectMeta>> {
+        self.0.list(prefix, start_after)
+    }
+    fn write_once(&self) -> WriteOnce {
+        self.0.write_once()
+    }
+}
+
+/// `Writer::stats` counts what was written: objects, their sizes and logs, and one committed
+/// index put per log section; a failed upload counts as a failure and writes no index put.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stats_count_objects_their_bytes_and_logs_and_index_puts() {
+    let store: Arc<dyn ObjectStore> = Arc::new(MemObjects::new(Arc::new(SystemClock)));
+    let w = writer(
+        store.clone(),
+        WriterConfig { flush_window: Duration::from_secs(60), ..WriterConfig::default() },
+    );
+    assert_eq!((w.stats().objects_written, w.stats().index_puts), (0, 0));
+    // Object 1: three logs; object 2: one log.
+    let first = (0..3u64).map(|log| {
+        let w = w.clone();
+        async move { w.append(LogId(log), Bytes::from_static(b"payload"), 1).await }
+    });
+    let first = tokio::spawn(futures::future::join_all(first));
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    w.flush().await;
+    for ack in first.await.unwrap() {
+        ack.unwrap();
+    }
+    let second = {
+        let w = w.clone();
+        tokio::spawn(async move { w.append(LogId(9), Bytes::from_static(b"x"), 1).await })
+    };
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    w.flush().await;
+    second.await.unwrap().unwrap();
+
+    let written = objects(&store).await;
+    assert_eq!(written.len(), 2);
+    let stats = w.stats();
+    assert_eq!(stats.objects_written, 2);
+    assert_eq!(stats.object_write_failures, 0);
+    assert_eq!(stats.object_bytes.count, 2);
+    assert_eq!(stats.object_bytes.sum, written.iter().map(|o| o.len() as u64).sum::<u64>());
+    assert_eq!(stats.logs_per_object.count, 2);
+    assert_eq!(stats.logs_per_object.sum, 4);
+    // Bounds 1, 2, 4, …: the one-log object in the first bucket, the three-log one by 4.
+    assert_eq!(&stats.logs_per_object.cumulative[..3], &[1, 1, 2]);
+    assert_eq!((stats.index_puts, stats.index_put_failures, stats.index_put_unknown), (4, 0, 0));
+    w.close().await;
+
+    let failing =
+        writer(Arc::new(TakenNames(MemObjects::new(Arc::new(SystemClock)))), WriterConfig::default());
+    failing.append(LogId(1), Bytes::from_static(b"lost"), 1).await.unwrap_err();
+    let stats = failing.stats();
+    assert_eq!((stats.objects_written, stats.object_write_failures), (0, 1));
+    assert_eq!((stats.object_bytes.count, stats.index_puts), (0, 0));
+    failing.close().await;
+}
