@@ -638,13 +638,11 @@ impl ServerConfig {
     /// the general rule.
     pub fn apply_env(&mut self, var: impl Fn(&str) -> Option<String>) -> Result<(), ConfigError> {
         if let Some(format) = var("LAKESTREAM_LOG_FORMAT") {
-            self.log.format = format
-                .parse()
-                .map_err(|message| ConfigError::Env {
-                    var: "LAKESTREAM_LOG_FORMAT".into(),
-                    key: "log.format".into(),
-                    message,
-                })?;
+            self.log.format = format.parse().map_err(|message| ConfigError::Env {
+                var: "LAKESTREAM_LOG_FORMAT".into(),
+                key: "log.format".into(),
+                message,
+            })?;
         }
         if let Some(window) = var("LAKESTREAM_CLOUDEVENTS_DEDUP_WINDOW") {
             self.cloudevents.dedup_window = parse_duration(&window).map_err(|message| ConfigError::Env {

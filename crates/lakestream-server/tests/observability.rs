@@ -145,17 +145,16 @@ async fn the_writer_role_exposes_its_wal_flushes() {
     s.stop().await;
 }
 
-/// With Oxia as the metadata store, `/metrics` shows the client's requests by kind. Needs a
-/// real Oxia server (`LAKESTREAM_TEST_OXIA`, which `scripts/test` sets); fails without one.
+/// With Oxia as the metadata store, `/metrics` shows the client's requests by kind. On a real
+/// Oxia server of its own (`LAKESTREAM_TEST_OXIA_BIN`, which `scripts/test` sets; fails
+/// without it): a deployment records its storage roots, so it cannot share a server with
+/// another test's deployment.
 #[tokio::test]
-#[allow(clippy::disallowed_methods)] // a fresh catalog partition per run
 async fn oxia_requests_are_exposed_by_kind() {
-    let address = std::env::var("LAKESTREAM_TEST_OXIA")
-        .expect("LAKESTREAM_TEST_OXIA is not set: this test needs a real Oxia server (run scripts/test)");
+    let oxia = lakestream_meta_oxia::testkit::StandaloneOxia::start(4, &[]).await;
+    let address = oxia.address();
     let s = support::start_with(|config| {
         config.apply_env(|var| (var == "LAKESTREAM_OXIA_ADDRESSES").then(|| address.clone())).unwrap();
-        // A catalog of its own: the deployment record names this test's storage roots.
-        config.catalog.partition = format!("obs-{}", uuid::Uuid::new_v4());
     })
     .await;
     let metrics = scrape(s.at.http).await;
