@@ -249,6 +249,11 @@ enum NamespaceAction {
     },
     /// List namespaces.
     List,
+    /// Delete a namespace that holds no live stream.
+    Delete {
+        /// Its name.
+        name: String,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -268,6 +273,17 @@ enum StreamAction {
         /// Its name.
         name: String,
     },
+    /// Change a stream's properties, e.g. its retention.
+    Update {
+        /// Its name.
+        name: String,
+        /// Set a property (repeatable), e.g. `--set retention_ms=86400000`.
+        #[arg(long, value_name = "KEY=VALUE")]
+        set: Vec<String>,
+        /// Remove a property (repeatable).
+        #[arg(long, value_name = "KEY")]
+        unset: Vec<String>,
+    },
     /// Drop a stream (its identity cannot be created again).
     Drop {
         /// Its name.
@@ -285,6 +301,7 @@ async fn run_client(command: Command) -> client::ClientResult<()> {
             match action {
                 NamespaceAction::Create { name } => commands::create_namespace(&api, &name).await,
                 NamespaceAction::List => commands::list_namespaces(&api).await,
+                NamespaceAction::Delete { name } => commands::delete_namespace(&api, &name).await,
             }
         }
         Command::Stream { action, target } => {
@@ -295,6 +312,24 @@ async fn run_client(command: Command) -> client::ClientResult<()> {
                 }
                 StreamAction::List => commands::list_streams(&api, &ns).await,
                 StreamAction::Describe { name } => commands::describe(&api, &ns, &name).await,
+                StreamAction::Update { name, set, unset } => {
+                    let mut changes = serde_json::Map::new();
+                    for pair in set {
+                        let Some((k, v)) = pair.split_once('=') else {
+                            return Err(client::ClientError::usage(format!(
+                                "--set {pair:?}: expected KEY=VALUE"
+                            )));
+                        };
+                        changes.insert(k.to_string(), serde_json::Value::String(v.to_string()));
+                    }
+                    for k in unset {
+                        changes.insert(k, serde_json::Value::Null);
+                    }
+                    if changes.is_empty() {
+                        return Err(client::ClientError::usage("stream update: give --set or --unset"));
+                    }
+                    commands::update_stream(&api, &ns, &name, changes).await
+                }
                 StreamAction::Drop { name } => commands::drop_stream(&api, &ns, &name).await,
             }
         }

@@ -180,6 +180,23 @@ fn namespace_describe_offsets_and_trim_commands() {
     // A soft trim moves the marker; the first offset moves when the compactor hard-trims.
     assert_eq!(cols, ["1", "0", "3", "0"], "{offsets}");
     assert_eq!(ok(&["offsets", "orders", "-N", "team a"], b"", &url).lines().count(), 3);
+    let updated =
+        ok(&["stream", "update", "orders", "-N", "team a", "--set", "retention_ms=60000"], b"", &url);
+    assert!(updated.contains("\"retention_ms\":\"60000\""), "{updated}");
+    assert!(
+        ok(&["describe", "orders", "-N", "team a"], b"", &url).contains("property    retention_ms = 60000")
+    );
+    let (code, err) =
+        fails(&["stream", "update", "orders", "-N", "team a", "--set", "retention_bytes=lots"], b"", &url);
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("properties.retention_bytes"), "{err}");
+    ok(&["stream", "update", "orders", "-N", "team a", "--unset", "retention_ms"], b"", &url);
+    let (code, err) = fails(&["namespace", "delete", "team a"], b"", &url);
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("409") && err.contains("not empty"), "{err}");
+    ok(&["stream", "drop", "orders", "-N", "team a"], b"", &url);
+    ok(&["namespace", "delete", "team a"], b"", &url);
+    assert!(!ok(&["namespace", "list"], b"", &url).lines().any(|l| l == "team a"));
 }
 
 #[test]

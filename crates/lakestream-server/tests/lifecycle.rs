@@ -115,7 +115,8 @@ async fn retention_by_bytes_soft_trims_then_the_compactor_hard_trims() {
     };
     eventually("the trims in the metrics", async || {
         let m = metrics(&s.base).await;
-        counter(&m, "lakestream_retention_trims_total ") >= 1 && counter(&m, "lakestream_hard_trims_total ") >= 1
+        counter(&m, "lakestream_retention_trims_total ") >= 1
+            && counter(&m, "lakestream_hard_trims_total ") >= 1
     })
     .await;
     s.stop().await;

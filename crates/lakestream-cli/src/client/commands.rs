@@ -20,6 +20,25 @@ pub async fn list_namespaces(api: &Api) -> ClientResult<()> {
     .await
 }
 
+/// `namespace delete`.
+pub async fn delete_namespace(api: &Api, name: &str) -> ClientResult<()> {
+    api.json("DELETE", &format!("/v1/namespaces/{}", segment(name)), Value::Null).await?;
+    println!("deleted namespace {name}");
+    Ok(())
+}
+
+/// `stream update`: sets (string) or removes (null) properties.
+pub async fn update_stream(
+    api: &Api,
+    ns: &str,
+    name: &str,
+    changes: serde_json::Map<String, Value>,
+) -> ClientResult<()> {
+    let v = api.json("PATCH", &stream_path(ns, name), json!({ "properties": changes })).await?;
+    println!("updated {ns}/{name}: properties {}", v["properties"]);
+    Ok(())
+}
+
 /// `stream create`.
 pub async fn create_stream(api: &Api, ns: &str, name: &str, partitions: u32) -> ClientResult<()> {
     let v = api
