@@ -34,8 +34,9 @@ use crate::config::CatalogConfig;
 use crate::error::{CatalogError, Result};
 use crate::names::{validate_namespace, validate_stream_name};
 use crate::records::{
-    CatalogRecord, LogRecord, NamespaceRecord, PendingExpansion, RECORD_VERSION, StreamRecord, StreamState,
-    listing_end, log_key, namespace_key, namespaces_prefix, stream_key, streams_prefix,
+    CatalogRecord, LogRecord, NamespaceRecord, NamespaceState, PendingExpansion, RECORD_VERSION,
+    StreamRecord, StreamState, listing_end, log_key, namespace_key, namespaces_prefix, stream_key,
+    streams_prefix,
 };
 
 /// A namespace.
@@ -152,7 +153,12 @@ impl Catalog {
     ) -> Result<Namespace> {
         validate_namespace(name)?;
         let key = namespace_key(name);
-        let record = NamespaceRecord { version: RECORD_VERSION, name: name.to_owned(), properties };
+        let record = NamespaceRecord {
+            version: RECORD_VERSION,
+            name: name.to_owned(),
+            properties,
+            state: NamespaceState::Active,
+        };
         match self.store.put(self.partition(), &key, record.encode(), PutCondition::IfAbsent).await {
             Ok(written) => Ok(namespace_of(record, written.created_ms)),
             Err(MetaError::KeyExists { .. }) => {
@@ -183,6 +189,112 @@ impl Catalog {
         .await
     }
 
+    /// Deletes a namespace that holds no live stream. Fails with `NamespaceNotEmpty` (and
+    /// changes nothing) while it holds one, and with `NamespaceNotFound` when it does not exist.
+    ///
+    /// No stream can be created in it meanwhile: the namespace is first marked `deleting` by
+    /// compare-and-set, and [`Catalog::create_stream`] confirms the namespace is active by a
+    /// compare-and-set of its own *after* writing the stream's record. Of the two writes one
+    /// comes first: if the creation's, the stream record exists before the deletion lists the
+    /// streams (and the deletion is refused); if the deletion's, the creation sees `deleting`
+    /// and drops the stream it made. The streams' tombstones stay (their identities remain
+    /// dropped should the namespace be created again).
+    pub async fn delete_namespace(&self, name: &str) -> Result<()> {
+        validate_namespace(name)?;
+        let key = namespace_key(name);
+        let not_found = || CatalogError::NamespaceNotFound { namespace: name.to_owned() };
+        let mut marked = None;
+        for _ in 0..self.config.max_cas_attempts {
+            let Some(current) = self.read::<NamespaceRecord>(&key).await? else {
+                return Err(not_found());
+            };
+            if current.value.state == NamespaceState::Deleting {
+                // Another deletion is in flight (or crashed): finish it the same way.
+                marked = Some(current);
+                break;
+            }
+            let mut deleting = current.value.clone();
+            deleting.state = NamespaceState::Deleting;
+            match self
+                .store
+                .put(self.partition(), &key, deleting.encode(), PutCondition::IfVersion(current.version))
+                .await
+            {
+                Ok(_) => {}
+                Err(MetaError::VersionMismatch { .. } | MetaError::OutcomeUnknown(_)) => continue,
+                Err(other) => return Err(other.into()),
+            }
+            marked = self.read::<NamespaceRecord>(&key).await?;
+            break;
+        }
+        let Some(marked) = marked else {
+            return Err(CatalogError::Contended { key, attempts: self.config.max_cas_attempts });
+        };
+        let live = self.count_live_streams(name).await?;
+        if live > 0 {
+            // Back to active, unless someone changed it since (then they decide).
+            let mut active = marked.value.clone();
+            active.state = NamespaceState::Active;
+            let _ = self
+                .store
+                .put(self.partition(), &key, active.encode(), PutCondition::IfVersion(marked.version))
+                .await;
+            return Err(CatalogError::NamespaceNotEmpty { namespace: name.to_owned(), streams: live });
+        }
+        self.store.delete(self.partition(), &key).await?;
+        info!(namespace = name, "deleted namespace");
+        Ok(())
+    }
+
+    /// How many live (active or being dropped) streams the namespace holds.
+    async fn count_live_streams(&self, namespace: &str) -> Result<usize> {
+        let mut live = 0;
+        let mut after: Option<String> = None;
+        loop {
+            let page = self
+                .list_page(
+                    &streams_prefix(namespace),
+                    after.as_deref(),
+                    1000,
+                    |record: StreamRecord, created_ms| {
+                        (record.state != StreamState::Dropped)
+                            .then(|| stream_of(Versioned { value: record, version: 0, created_ms }))
+                    },
+                )
+                .await?;
+            live += page.items.len();
+            match page.next_page {
+                Some(next) => after = Some(next),
+                None => return Ok(live),
+            }
+        }
+    }
+
+    /// Confirms, after a stream record was created in `namespace`, that the namespace is
+    /// still active, by rewriting its record with compare-and-set (see
+    /// [`Catalog::delete_namespace`]). `false` when it is gone or being deleted.
+    async fn confirm_namespace_active(&self, namespace: &str) -> Result<bool> {
+        let key = namespace_key(namespace);
+        for _ in 0..self.config.max_cas_attempts {
+            let Some(current) = self.read::<NamespaceRecord>(&key).await? else {
+                return Ok(false);
+            };
+            if current.value.state != NamespaceState::Active {
+                return Ok(false);
+            }
+            match self
+                .store
+                .put(self.partition(), &key, current.value.encode(), PutCondition::IfVersion(current.version))
+                .await
+            {
+                Ok(_) => return Ok(true),
+                Err(MetaError::VersionMismatch { .. } | MetaError::OutcomeUnknown(_)) => continue,
+                Err(other) => return Err(other.into()),
+            }
+        }
+        Err(CatalogError::Contended { key, attempts: self.config.max_cas_attempts })
+    }
+
     // ---- streams -------------------------------------------------------------------
 
     /// Creates a stream of `partitions` logs in an existing namespace, and returns it with
@@ -201,7 +313,10 @@ impl Catalog {
         validate_namespace(namespace)?;
         validate_stream_name(name)?;
         self.check_partition_count(u64::from(partitions))?;
-        self.get_namespace(namespace).await?;
+        match self.read::<NamespaceRecord>(&namespace_key(namespace)).await? {
+            Some(ns) if ns.value.state == NamespaceState::Active => {}
+            _ => return Err(CatalogError::NamespaceNotFound { namespace: namespace.to_owned() }),
+        }
         let key = stream_key(namespace, name);
         // Refuse a taken identity before allocating, so that retries waste no IDs.
         if let Some(existing) = self.read::<StreamRecord>(&key).await? {
@@ -237,6 +352,11 @@ impl Catalog {
             if attempts >= self.config.max_cas_attempts {
                 return Err(CatalogError::Contended { key, attempts });
             }
+        }
+        if !self.confirm_namespace_active(namespace).await? {
+            // A deletion of the namespace came first: undo, leaving a tombstone.
+            self.drop_stream(namespace, name).await?;
+            return Err(CatalogError::NamespaceNotFound { namespace: namespace.to_owned() });
         }
         debug!(namespace, name, first_log_id = ids.start, partitions, "claimed stream identity");
         let published = self.complete_expansion(namespace, name).await?;
@@ -394,6 +514,49 @@ impl Catalog {
                     }
                 }
                 Err(MetaError::VersionMismatch { .. } | MetaError::OutcomeUnknown(_)) => {}
+                Err(other) => return Err(other.into()),
+            }
+        }
+        Err(CatalogError::Contended { key, attempts: self.config.max_cas_attempts })
+    }
+
+    /// Changes a live stream's properties: each `Some` value is set, each `None` removed.
+    /// Returns the stream as changed. One compare-and-set, retried on a concurrent change.
+    pub async fn update_stream_properties(
+        &self,
+        namespace: &str,
+        name: &str,
+        changes: &BTreeMap<String, Option<String>>,
+    ) -> Result<Stream> {
+        validate_namespace(namespace)?;
+        validate_stream_name(name)?;
+        let key = stream_key(namespace, name);
+        for _ in 0..self.config.max_cas_attempts {
+            let current = self.read_live_stream(namespace, name).await?;
+            let mut next = current.value.clone();
+            for (k, v) in changes {
+                match v {
+                    Some(v) => next.properties.insert(k.clone(), v.clone()),
+                    None => next.properties.remove(k),
+                };
+            }
+            if next == current.value {
+                return Ok(stream_of(current));
+            }
+            match self
+                .store
+                .put(self.partition(), &key, next.encode(), PutCondition::IfVersion(current.version))
+                .await
+            {
+                Ok(written) => {
+                    info!(namespace, name, "updated stream properties");
+                    return Ok(stream_of(Versioned {
+                        value: next,
+                        version: written.version,
+                        created_ms: current.created_ms,
+                    }));
+                }
+                Err(MetaError::VersionMismatch { .. } | MetaError::OutcomeUnknown(_)) => continue,
                 Err(other) => return Err(other.into()),
             }
         }

@@ -97,6 +97,14 @@ pub enum CatalogError {
         /// The namespace.
         namespace: String,
     },
+    /// The namespace still holds live streams (or is being deleted by another caller).
+    #[error("namespace {namespace:?} is not empty: it holds {streams} live stream(s); drop them first")]
+    NamespaceNotEmpty {
+        /// The namespace.
+        namespace: String,
+        /// How many live streams it holds (counted when the deletion was refused).
+        streams: usize,
+    },
     /// No stream has this identity.
     #[error("stream {namespace}/{stream} not found")]
     StreamNotFound {
@@ -196,6 +204,7 @@ impl CatalogError {
             | CatalogError::StreamNotFound { .. }
             | CatalogError::LogNotFound { .. } => ErrorClass::NotFound,
             CatalogError::NamespaceExists { .. }
+            | CatalogError::NamespaceNotEmpty { .. }
             | CatalogError::StreamExists { .. }
             | CatalogError::StreamDropped { .. }
             | CatalogError::LogInUse { .. }

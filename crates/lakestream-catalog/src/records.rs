@@ -92,6 +92,28 @@ pub struct NamespaceRecord {
     /// Free-form properties.
     #[serde(default)]
     pub properties: BTreeMap<String, String>,
+    /// `deleting` while a deletion checks that the namespace is empty; absent when active
+    /// (an optional field of version 1: records written before it read as active).
+    #[serde(default, skip_serializing_if = "NamespaceState::is_active")]
+    pub state: NamespaceState,
+}
+
+/// Where a namespace is in its life.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum NamespaceState {
+    /// Streams may be created in it.
+    #[default]
+    Active,
+    /// A deletion is checking that it holds no stream; no stream may be created meanwhile.
+    Deleting,
+}
+
+impl NamespaceState {
+    /// Whether this is [`NamespaceState::Active`].
+    pub fn is_active(&self) -> bool {
+        *self == NamespaceState::Active
+    }
 }
 
 /// Where a stream identity is in its life. The record of an identity is never removed:
@@ -318,7 +340,12 @@ mod tests {
         let log =
             LogRecord { version: 1, log_id: 3, namespace: "ns".into(), stream: "s".into(), partition: 0 };
         let counter = LogIdCounterRecord { version: 1, next_log_id: 4 };
-        let ns = NamespaceRecord { version: 1, name: "ns".into(), properties: BTreeMap::new() };
+        let ns = NamespaceRecord {
+            version: 1,
+            name: "ns".into(),
+            properties: BTreeMap::new(),
+            state: NamespaceState::Active,
+        };
         for bytes in [log.encode(), counter.encode(), ns.encode(), stream_record().encode()] {
             assert!(bytes.starts_with(br#"{"version":1,"#), "{bytes:?}");
         }

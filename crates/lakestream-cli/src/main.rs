@@ -6,8 +6,9 @@
 //!   (see `deploy/`), environment variables and flags, in that order of increasing precedence.
 //! - `lakestream inspect KIND FILE` — decode a WAL object, an index value, a companion file or
 //!   a compacted file's footer.
-//! - `lakestream stream create|list|drop`, `produce`, `consume` — clients of a running
-//!   service's HTTP API (`--url`, default `http://127.0.0.1:8080`).
+//! - `lakestream namespace|stream|produce|consume|describe|offsets|trim` — clients of a
+//!   running service's HTTP API (`--url`, `--token`, `--ca-file` or a profile; see
+//!   `docs/cli.md`, which also lists the exit codes).
 //! - `lakestream bench produce|consume|compact|events|meta|all... --out DIR` — end-to-end
 //!   benchmarks with same-run baselines (see `lakestream-bench`).
 
@@ -65,14 +66,23 @@ enum Command {
     Compactor(ServeArgs),
     /// Run the catalog service (namespaces and streams) from a configuration file.
     Catalog(ServeArgs),
-    /// Create, list or drop streams.
+    /// Create or list namespaces.
+    Namespace {
+        #[command(subcommand)]
+        action: NamespaceAction,
+        #[command(flatten)]
+        target: Target,
+    },
+    /// Create, list, describe or drop streams.
     Stream {
         #[command(subcommand)]
         action: StreamAction,
         #[command(flatten)]
         target: Target,
     },
-    /// Produce entries: each FILE is one entry; without files each line of stdin is one.
+    /// Produce entries as the input is read: each line of standard input is one entry (or
+    /// each `--delimiter`-ended record, or each length-prefixed frame); with FILES, each file
+    /// is one entry. Exits 3 naming every entry that was not appended.
     Produce {
         /// The stream.
         stream: String,
@@ -84,25 +94,98 @@ enum Command {
         /// Records per entry.
         #[arg(long, default_value_t = 1)]
         record_count: u32,
+        /// What ends each entry on standard input (escapes: \n \t \r \0 \\).
+        #[arg(long, short = 'D', default_value = "\\n", conflicts_with = "length_prefixed")]
+        delimiter: String,
+        /// Standard input is binary frames: a 4-byte big-endian length, then the entry.
+        #[arg(long)]
+        length_prefixed: bool,
+        /// At most this many entries per request.
+        #[arg(long, default_value_t = 500, value_parser = clap::value_parser!(u64).range(1..=10_000))]
+        batch_entries: u64,
+        /// At most this many payload bytes per request (a larger entry is sent alone).
+        #[arg(long, default_value_t = 1 << 20, value_parser = clap::value_parser!(u64).range(1..=64 << 20))]
+        batch_bytes: u64,
+        /// How long a request waits for more input once it holds an entry.
+        #[arg(long, default_value_t = 5)]
+        linger_ms: u64,
+        /// Print nothing for each appended entry.
+        #[arg(long, short)]
+        quiet: bool,
+        /// Show a progress bar when producing files (default: when stderr is a terminal).
+        #[arg(long, overrides_with = "no_progress")]
+        progress: bool,
+        /// Never show a progress bar.
+        #[arg(long)]
+        no_progress: bool,
         #[command(flatten)]
         target: Target,
     },
-    /// Consume entries from an offset, printing each payload as a line.
+    /// Consume entries of a partition, printing each payload (or JSON, or a table).
     Consume {
         /// The stream.
         stream: String,
         /// The partition.
         #[arg(long, short, default_value_t = 0)]
         partition: u32,
-        /// Where to start.
-        #[arg(long, default_value_t = 0)]
-        offset: u64,
-        /// Keep waiting for new entries.
+        /// Start at this offset (default: the first entry).
+        #[arg(long, conflicts_with_all = ["from_end", "from_time"])]
+        offset: Option<u64>,
+        /// Start after the last entry: only what is appended from now on.
+        #[arg(long, conflicts_with = "from_time")]
+        from_end: bool,
+        /// Start at the first entry appended at or after this time: milliseconds since the
+        /// epoch, RFC 3339 (2026-12-01T10:00:00Z), or -DURATION (-15m).
+        #[arg(long)]
+        from_time: Option<String>,
+        /// Stop after this many entries.
+        #[arg(long = "count", short = 'n')]
+        count: Option<u64>,
+        /// Keep waiting for new entries, and reconnect after a lost connection.
         #[arg(long, short)]
         follow: bool,
-        /// Print each entry as JSON (offset, record count, timestamp, Base64 payload).
-        #[arg(long)]
+        /// How entries are printed.
+        #[arg(long, value_enum, default_value = "raw")]
+        format: client::consume::Format,
+        /// The same as `--format json`.
+        #[arg(long, hide = true, conflicts_with = "format")]
         json: bool,
+        /// What follows each payload in the raw format (escapes: \n \t \r \0 \\).
+        #[arg(long, short = 'D', default_value = "\\n")]
+        delimiter: String,
+        /// At most this many payload bytes per fetch.
+        #[arg(long)]
+        max_bytes: Option<usize>,
+        #[command(flatten)]
+        target: Target,
+    },
+    /// Describe a stream: its settings and each partition's log and offsets.
+    Describe {
+        /// The stream.
+        stream: String,
+        #[command(flatten)]
+        target: Target,
+    },
+    /// Print the first and next offsets and the trim marker of a stream's partitions.
+    Offsets {
+        /// The stream.
+        stream: String,
+        /// Only this partition.
+        #[arg(long, short)]
+        partition: Option<u32>,
+        #[command(flatten)]
+        target: Target,
+    },
+    /// Soft-trim a partition: entries through OFFSET (inclusive) are no longer read.
+    Trim {
+        /// The stream.
+        stream: String,
+        /// The partition.
+        #[arg(long, short)]
+        partition: u32,
+        /// The last offset to trim.
+        #[arg(long)]
+        through: u64,
         #[command(flatten)]
         target: Target,
     },
@@ -119,15 +202,58 @@ enum Command {
     Bench(lakestream_bench::cli::BenchArgs),
 }
 
-/// Which service and namespace a client command talks to.
+/// Which service and namespace a client command talks to, and how to authenticate; unset
+/// values come from the profile file (see `docs/cli.md`).
 #[derive(Debug, clap::Args)]
 struct Target {
-    /// The service's HTTP URL.
-    #[arg(long, global = true, default_value = "http://127.0.0.1:8080", env = "LAKESTREAM_URL")]
-    url: String,
-    /// The namespace.
-    #[arg(long, short = 'n', global = true, default_value = "default")]
-    namespace: String,
+    /// The service's URL: http://host:port or https://host:port.
+    #[arg(long, global = true, env = "LAKESTREAM_URL")]
+    url: Option<String>,
+    /// The bearer token the service requires.
+    #[arg(long, global = true, env = "LAKESTREAM_TOKEN", hide_env_values = true)]
+    token: Option<String>,
+    /// A PEM file of CA certificates to trust for https:// (besides the system's).
+    #[arg(long, global = true, env = "LAKESTREAM_CA_FILE")]
+    ca_file: Option<PathBuf>,
+    /// The namespace (default `default`).
+    #[arg(long, short = 'N', global = true, env = "LAKESTREAM_NAMESPACE")]
+    namespace: Option<String>,
+    /// A profile of the profile file (default: its `default_profile`).
+    #[arg(long, global = true, env = "LAKESTREAM_PROFILE")]
+    profile: Option<String>,
+}
+
+impl Target {
+    /// The connection and namespace, from the flags, the environment and the profile file.
+    fn resolve(self) -> client::ClientResult<(client::Api, String)> {
+        let env = |k: &str| std::env::var(k).ok();
+        let given = client::profile::Given {
+            url: self.url,
+            token: self.token,
+            ca_file: self.ca_file,
+            namespace: self.namespace,
+            profile: self.profile,
+        };
+        let file = client::profile::default_path(&env);
+        let (connection, namespace) = client::profile::resolve(given, file.as_deref(), &env)?;
+        Ok((client::Api::new(&connection)?, namespace))
+    }
+}
+
+#[derive(Debug, Subcommand)]
+enum NamespaceAction {
+    /// Create a namespace.
+    Create {
+        /// Its name.
+        name: String,
+    },
+    /// List namespaces.
+    List,
+    /// Delete a namespace that holds no live stream.
+    Delete {
+        /// Its name.
+        name: String,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -142,6 +268,22 @@ enum StreamAction {
     },
     /// List the namespace's streams.
     List,
+    /// Describe a stream (the same as `lakestream describe`).
+    Describe {
+        /// Its name.
+        name: String,
+    },
+    /// Change a stream's properties, e.g. its retention.
+    Update {
+        /// Its name.
+        name: String,
+        /// Set a property (repeatable), e.g. `--set retention_ms=86400000`.
+        #[arg(long, value_name = "KEY=VALUE")]
+        set: Vec<String>,
+        /// Remove a property (repeatable).
+        #[arg(long, value_name = "KEY")]
+        unset: Vec<String>,
+    },
     /// Drop a stream (its identity cannot be created again).
     Drop {
         /// Its name.
@@ -150,27 +292,130 @@ enum StreamAction {
 }
 
 /// Runs a client command against a service's HTTP API.
-async fn run_client(command: Command) -> Result<(), String> {
+async fn run_client(command: Command) -> client::ClientResult<()> {
+    use client::{commands, consume, produce};
+    use lakestream_format::Clock as _;
     match command {
-        Command::Stream { action, target } => {
-            let api = client::Api::new(&target.url)?;
+        Command::Namespace { action, target } => {
+            let (api, _) = target.resolve()?;
             match action {
-                StreamAction::Create { name, partitions } => {
-                    client::create_stream(&api, &target.namespace, &name, partitions).await
-                }
-                StreamAction::List => client::list_streams(&api, &target.namespace).await,
-                StreamAction::Drop { name } => client::drop_stream(&api, &target.namespace, &name).await,
+                NamespaceAction::Create { name } => commands::create_namespace(&api, &name).await,
+                NamespaceAction::List => commands::list_namespaces(&api).await,
+                NamespaceAction::Delete { name } => commands::delete_namespace(&api, &name).await,
             }
         }
-        Command::Produce { stream, files, partition, record_count, target } => {
-            let api = client::Api::new(&target.url)?;
-            client::produce(&api, &target.namespace, &stream, partition, record_count, &files).await
+        Command::Stream { action, target } => {
+            let (api, ns) = target.resolve()?;
+            match action {
+                StreamAction::Create { name, partitions } => {
+                    commands::create_stream(&api, &ns, &name, partitions).await
+                }
+                StreamAction::List => commands::list_streams(&api, &ns).await,
+                StreamAction::Describe { name } => commands::describe(&api, &ns, &name).await,
+                StreamAction::Update { name, set, unset } => {
+                    let mut changes = serde_json::Map::new();
+                    for pair in set {
+                        let Some((k, v)) = pair.split_once('=') else {
+                            return Err(client::ClientError::usage(format!(
+                                "--set {pair:?}: expected KEY=VALUE"
+                            )));
+                        };
+                        changes.insert(k.to_string(), serde_json::Value::String(v.to_string()));
+                    }
+                    for k in unset {
+                        changes.insert(k, serde_json::Value::Null);
+                    }
+                    if changes.is_empty() {
+                        return Err(client::ClientError::usage("stream update: give --set or --unset"));
+                    }
+                    commands::update_stream(&api, &ns, &name, changes).await
+                }
+                StreamAction::Drop { name } => commands::drop_stream(&api, &ns, &name).await,
+            }
         }
-        Command::Consume { stream, partition, offset, follow, json, target } => {
-            let api = client::Api::new(&target.url)?;
-            client::consume(&api, &target.namespace, &stream, partition, offset, follow, json).await
+        Command::Produce {
+            stream,
+            files,
+            partition,
+            record_count,
+            delimiter,
+            length_prefixed,
+            batch_entries,
+            batch_bytes,
+            linger_ms,
+            quiet,
+            progress,
+            no_progress,
+            target,
+        } => {
+            let input = if !files.is_empty() {
+                produce::Input::Files(files)
+            } else if length_prefixed {
+                produce::Input::Stdin(produce::Framing::LengthPrefixed)
+            } else {
+                let d = produce::parse_delimiter(&delimiter).map_err(client::ClientError::usage)?;
+                produce::Input::Stdin(produce::Framing::Delimited(d))
+            };
+            let options = produce::ProduceOptions {
+                partition,
+                record_count,
+                batch_entries: batch_entries as usize,
+                batch_bytes: batch_bytes as usize,
+                linger: std::time::Duration::from_millis(linger_ms),
+                quiet,
+                progress: if no_progress { Some(false) } else { progress.then_some(true) },
+            };
+            let (api, ns) = target.resolve()?;
+            produce::produce(&api, &ns, &stream, input, &options).await
         }
-        _ => Err("not a client command".into()),
+        Command::Consume {
+            stream,
+            partition,
+            offset,
+            from_end,
+            from_time,
+            count,
+            follow,
+            format,
+            json,
+            delimiter,
+            max_bytes,
+            target,
+        } => {
+            let start = match (offset, from_end, from_time) {
+                (Some(o), _, _) => consume::Start::Offset(o),
+                (None, true, _) => consume::Start::End,
+                (None, false, Some(t)) => consume::Start::Time(
+                    consume::parse_time(&t, lakestream_format::SystemClock.now_ms())
+                        .map_err(client::ClientError::usage)?,
+                ),
+                (None, false, None) => consume::Start::Offset(0),
+            };
+            let options = consume::ConsumeOptions {
+                partition,
+                start,
+                count,
+                follow,
+                format: if json { consume::Format::Json } else { format },
+                delimiter: produce::parse_delimiter(&delimiter).map_err(client::ClientError::usage)?,
+                max_bytes,
+            };
+            let (api, ns) = target.resolve()?;
+            consume::consume(&api, &ns, &stream, &options).await
+        }
+        Command::Describe { stream, target } => {
+            let (api, ns) = target.resolve()?;
+            commands::describe(&api, &ns, &stream).await
+        }
+        Command::Offsets { stream, partition, target } => {
+            let (api, ns) = target.resolve()?;
+            commands::print_offsets(&api, &ns, &stream, partition).await
+        }
+        Command::Trim { stream, partition, through, target } => {
+            let (api, ns) = target.resolve()?;
+            commands::trim(&api, &ns, &stream, partition, through).await
+        }
+        _ => Err(client::ClientError::usage("not a client command")),
     }
 }
 
@@ -287,7 +532,16 @@ fn main() -> ExitCode {
             }
         };
     }
-    if matches!(cli.command, Command::Stream { .. } | Command::Produce { .. } | Command::Consume { .. }) {
+    if matches!(
+        cli.command,
+        Command::Namespace { .. }
+            | Command::Stream { .. }
+            | Command::Produce { .. }
+            | Command::Consume { .. }
+            | Command::Describe { .. }
+            | Command::Offsets { .. }
+            | Command::Trim { .. }
+    ) {
         let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
             Ok(r) => r,
             Err(e) => {
@@ -299,7 +553,7 @@ fn main() -> ExitCode {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {
                 eprintln!("lakestream: {e}");
-                ExitCode::FAILURE
+                ExitCode::from(e.status as u8)
             }
         };
     }
@@ -340,9 +594,13 @@ fn load_config(command: &Command) -> Result<ServerConfig, String> {
         Command::Compactor(args) => args.load_role(|r| &mut r.compactor)?,
         Command::Catalog(args) => args.load_role(|r| &mut r.catalog)?,
         Command::Inspect { .. }
+        | Command::Namespace { .. }
         | Command::Stream { .. }
         | Command::Produce { .. }
         | Command::Consume { .. }
+        | Command::Describe { .. }
+        | Command::Offsets { .. }
+        | Command::Trim { .. }
         | Command::Bench(_) => {
             return Err("this command needs no service configuration".into());
         }

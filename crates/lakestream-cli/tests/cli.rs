@@ -1,11 +1,13 @@
 //! The `lakestream` binary end to end: `dev` in a temporary directory, driven by the client
 //! commands, then stopped with SIGINT (graceful shutdown).
 
+mod common;
+
 use std::io::Write;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-const BIN: &str = env!("CARGO_BIN_EXE_lakestream");
+use common::{BIN, service_config};
 
 struct Dev {
     child: Child,
@@ -40,21 +42,11 @@ fn start_dev() -> Dev {
 }
 
 fn lakestream(url: &str, args: &[&str], stdin: &str) -> (bool, String, String) {
-    let mut child = Command::new(BIN)
-        .args(args)
-        .args(["--url", url])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    child.stdin.take().unwrap().write_all(stdin.as_bytes()).unwrap();
-    let out = child.wait_with_output().unwrap();
-    (
-        out.status.success(),
-        String::from_utf8_lossy(&out.stdout).into(),
-        String::from_utf8_lossy(&out.stderr).into(),
-    )
+    let mut all = args.to_vec();
+    all.extend(["--url", url]);
+    let out = common::client(&all, stdin.as_bytes(), &[]);
+    let (stdout, stderr) = common::texts(&out);
+    (out.status.success(), stdout, stderr)
 }
 
 #[test]
@@ -149,19 +141,6 @@ fn json_logs_carry_the_request_id() {
     assert_eq!(failed["span"]["id"], "trace-json-1", "{failed}");
     assert_eq!(failed["span"]["name"], "request", "{failed}");
     assert_eq!(failed["fields"]["status"], "404 Not Found", "{failed}");
-}
-
-/// A service configuration on the embedded store under `dir`, HTTP on `port`, plus `extra`.
-fn service_config(dir: &std::path::Path, port: u16, extra: &str) -> std::path::PathBuf {
-    let d = dir.display();
-    let text = format!(
-        "[http]\naddr = \"127.0.0.1:{port}\"\n\n[metadata]\nbackend = \"embedded\"\npath = \"{d}/metadata.redb\"\n\n\
-         [storage.wal]\nbackend = \"local\"\ndir = \"{d}/objects\"\nroot = \"wal\"\n\n\
-         [storage.compacted]\nbackend = \"local\"\ndir = \"{d}/objects\"\nroot = \"compacted\"\n\n{extra}"
-    );
-    let path = dir.join("service.toml");
-    std::fs::write(&path, text).unwrap();
-    path
 }
 
 /// Without the `otlp` feature, asking for trace export is refused at start, naming the

@@ -74,7 +74,7 @@ impl Compactor {
         }
 
         let wal: Vec<&str> = victims.iter().filter_map(|r| r.wal_object()).collect();
-        ledger::record_retirements(self.meta(), wal.iter().copied(), self.now_ms()).await?;
+        ledger::record_retirements(self.meta(), wal.clone(), self.now_ms()).await?;
         report.wal_retired = wal.iter().map(|s| s.to_string()).collect();
         report.wal_retired.sort();
         report.wal_retired.dedup();

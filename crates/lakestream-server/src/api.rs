@@ -526,7 +526,34 @@ impl Api {
         properties: BTreeMap<String, String>,
     ) -> ApiResult<Stream> {
         self.catalog_role()?;
+        crate::retention::policy_of(&properties).map_err(ApiError::invalid)?;
         Ok(self.stack.catalog.create_stream(namespace, name, partitions.unwrap_or(1), properties).await?)
+    }
+
+    /// Changes a stream's properties: each `Some` value is set, each `None` removed. The
+    /// retention properties (`retention_ms`, `retention_bytes`) are checked first.
+    pub async fn update_stream(
+        &self,
+        namespace: &str,
+        name: &str,
+        changes: BTreeMap<String, Option<String>>,
+    ) -> ApiResult<Stream> {
+        self.catalog_role()?;
+        let mut after = self.stack.catalog.get_stream(namespace, name).await?.properties;
+        for (k, v) in &changes {
+            match v {
+                Some(v) => after.insert(k.clone(), v.clone()),
+                None => after.remove(k),
+            };
+        }
+        crate::retention::policy_of(&after).map_err(ApiError::invalid)?;
+        Ok(self.stack.catalog.update_stream_properties(namespace, name, &changes).await?)
+    }
+
+    /// Deletes a namespace that holds no live stream (409 while it holds one).
+    pub async fn delete_namespace(&self, name: &str) -> ApiResult<()> {
+        self.catalog_role()?;
+        Ok(self.stack.catalog.delete_namespace(name).await?)
     }
 
     /// Describes a stream.

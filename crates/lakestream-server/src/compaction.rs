@@ -71,6 +71,15 @@ pub(crate) async fn run(
         for (log_id, error) in &report.failed {
             tracing::warn!(%log_id, %error, "compaction of a log failed; it is retried next pass");
         }
+        // Index records below trim markers (retention, user trims) go now; their objects at
+        // the next reclamation pass.
+        let trimmed = tokio::select! {
+            _ = stop.changed() => return,
+            n = crate::retention::hard_trim_behind_markers(&stack, &compactor, &logs, &metrics) => n,
+        };
+        if trimmed > 0 {
+            tracing::info!(logs = trimmed, "hard-trimmed behind trim markers");
+        }
         if Instant::now() >= next_gc {
             next_gc = Instant::now() + schedule.gc_interval;
             let gc = tokio::select! {

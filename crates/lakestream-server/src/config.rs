@@ -42,6 +42,8 @@ pub struct ServerConfig {
     pub compactor: CompactorConfig,
     /// How often the compactor role runs its passes.
     pub compactor_schedule: CompactorSchedule,
+    /// How often retention (`retention_ms`, `retention_bytes` stream properties) is enforced.
+    pub retention: RetentionConfig,
     /// Bearer tokens and their per-namespace permissions; none means the API is open.
     pub auth: crate::auth::AuthConfig,
     /// TLS for both APIs (`cert_file`, `key_file`); off when absent.
@@ -119,6 +121,22 @@ pub struct CompactorSchedule {
 impl Default for CompactorSchedule {
     fn default() -> Self {
         CompactorSchedule { interval: Duration::from_secs(10), gc_interval: Duration::from_secs(300) }
+    }
+}
+
+/// Retention enforcement, in processes serving the writer role.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct RetentionConfig {
+    /// Time between passes over every stream with a retention policy. Default 1 min; `0s`
+    /// turns retention enforcement off in this process.
+    #[serde(with = "humantime_serde")]
+    pub interval: Duration,
+}
+
+impl Default for RetentionConfig {
+    fn default() -> Self {
+        RetentionConfig { interval: Duration::from_secs(60) }
     }
 }
 

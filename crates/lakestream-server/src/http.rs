@@ -73,8 +73,12 @@ pub fn router(state: AppState) -> Router {
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics))
         .route("/v1/namespaces", post(create_namespace).get(list_namespaces))
+        .route("/v1/namespaces/{ns}", axum::routing::delete(delete_namespace))
         .route("/v1/namespaces/{ns}/streams", post(create_stream).get(list_streams))
-        .route("/v1/namespaces/{ns}/streams/{stream}", get(get_stream).delete(drop_stream))
+        .route(
+            "/v1/namespaces/{ns}/streams/{stream}",
+            get(get_stream).delete(drop_stream).patch(update_stream),
+        )
         .route("/v1/namespaces/{ns}/streams/{stream}/partitions", post(add_partitions))
         .route("/v1/namespaces/{ns}/streams/{stream}/partitions/{p}/entries", post(produce).get(fetch))
         .route("/v1/namespaces/{ns}/streams/{stream}/partitions/{p}/offsets", get(offsets))
@@ -333,6 +337,27 @@ async fn get_stream(
     Path((ns, stream)): Path<(String, String)>,
 ) -> ApiResult<Response> {
     Ok(ok(StatusCode::OK, StreamJson::from(s.api.get_stream(&ns, &stream).await?)))
+}
+
+async fn delete_namespace(State(s): State<AppState>, Path(ns): Path<String>) -> ApiResult<Response> {
+    s.api.delete_namespace(&ns).await?;
+    Ok(StatusCode::NO_CONTENT.into_response())
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct UpdateStream {
+    /// Properties to set (a string) or remove (`null`).
+    #[serde(default)]
+    properties: BTreeMap<String, Option<String>>,
+}
+
+async fn update_stream(
+    State(s): State<AppState>,
+    Path((ns, stream)): Path<(String, String)>,
+    Json(body): Json<UpdateStream>,
+) -> ApiResult<Response> {
+    Ok(ok(StatusCode::OK, StreamJson::from(s.api.update_stream(&ns, &stream, body.properties).await?)))
 }
 
 async fn drop_stream(

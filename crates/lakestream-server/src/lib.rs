@@ -19,6 +19,7 @@ pub mod limits;
 pub mod listener;
 pub mod metrics;
 pub mod objects;
+pub mod retention;
 pub mod stack;
 
 use std::future::Future;
@@ -78,6 +79,14 @@ pub async fn serve_all(
         let schedule = config.compactor_schedule.clone();
         tokio::spawn(compaction::run(stack.clone(), c, schedule, metrics.clone(), stopped))
     });
+    let retention = (stack.writer.is_some() && !config.retention.interval.is_zero()).then(|| {
+        tokio::spawn(retention::run(
+            stack.clone(),
+            config.retention.interval,
+            metrics.clone(),
+            stop.subscribe(),
+        ))
+    });
     // Expired CloudEvents deduplication records are deleted periodically.
     let ledger_cleanup = tokio::spawn(events::run_cleanup(stack.clone(), stop.subscribe()));
     // One service layer and one set of metrics behind both APIs.
@@ -104,6 +113,9 @@ pub async fn serve_all(
         let _ = task.await;
     }
     let _ = ledger_cleanup.await;
+    if let Some(r) = retention {
+        let _ = r.await;
+    }
     stack.close().await;
     Ok(())
 }

@@ -360,6 +360,12 @@ pub struct Metrics {
     pub ready: AtomicU64,
     /// Readiness checks that failed (a store did not answer, or the service is draining).
     pub readiness_failures: AtomicU64,
+    /// Soft trims made by retention.
+    pub retention_trims: AtomicU64,
+    /// Retention attempts that failed (retried next pass).
+    pub retention_failures: AtomicU64,
+    /// Hard trims made by the compactor role behind trim markers.
+    pub hard_trims: AtomicU64,
 }
 
 /// What the compactor role reports: counters of its passes, and per log the backlog it saw
@@ -524,6 +530,24 @@ impl Metrics {
             &self.fetched_bytes,
         );
         self.fetch_latency.render("lakestream_fetch_latency_seconds", "Fetch latency.", &mut out);
+        counter(
+            &mut out,
+            "lakestream_retention_trims_total",
+            "Soft trims made by retention.",
+            &self.retention_trims,
+        );
+        counter(
+            &mut out,
+            "lakestream_retention_failures_total",
+            "Retention attempts that failed (retried next pass).",
+            &self.retention_failures,
+        );
+        counter(
+            &mut out,
+            "lakestream_hard_trims_total",
+            "Hard trims made by the compactor role behind trim markers.",
+            &self.hard_trims,
+        );
         counter(
             &mut out,
             "lakestream_rate_limited_total",

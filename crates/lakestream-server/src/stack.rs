@@ -210,8 +210,18 @@ impl Stack {
 
     /// Every log of every live stream, from the catalog, for a compaction pass.
     pub async fn all_logs(&self) -> Result<Vec<lakestream_format::LogRef>, CatalogError> {
+        Ok(self
+            .all_streams()
+            .await?
+            .iter()
+            .flat_map(|stream| (0..stream.partition_count()).filter_map(|p| stream.log_ref(p)))
+            .collect())
+    }
+
+    /// Every live stream of every namespace.
+    pub async fn all_streams(&self) -> Result<Vec<lakestream_catalog::Stream>, CatalogError> {
         const PAGE: usize = 500;
-        let mut logs = Vec::new();
+        let mut all = Vec::new();
         let mut ns_after: Option<String> = None;
         loop {
             let namespaces = self.catalog.list_namespaces(ns_after.as_deref(), PAGE).await?;
@@ -220,9 +230,7 @@ impl Stack {
                 let mut after: Option<String> = None;
                 loop {
                     let streams = self.catalog.list_streams(&ns, after.as_deref(), PAGE).await?;
-                    for stream in streams.items {
-                        logs.extend((0..stream.partition_count()).filter_map(|p| stream.log_ref(p)));
-                    }
+                    all.extend(streams.items);
                     match streams.next_page {
                         Some(next) => after = Some(next),
                         None => break,
@@ -231,7 +239,7 @@ impl Stack {
             }
             match namespaces.next_page {
                 Some(next) => ns_after = Some(next),
-                None => return Ok(logs),
+                None => return Ok(all),
             }
         }
     }

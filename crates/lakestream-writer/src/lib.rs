@@ -20,12 +20,14 @@ pub mod config;
 mod error;
 mod leases;
 pub mod naming;
+mod retention;
 pub mod stats;
 mod trim;
 mod writer;
 
 pub use config::{Backpressure, ConfigError, WriterConfig};
 pub use error::{AppendError, TrimError};
+pub use retention::RetentionPolicy;
 pub use stats::{HistogramSnapshot, WriterStats};
 pub use trim::TrimOutcome;
 pub use writer::{AppendAck, Writer, WriterDeps};

@@ -50,6 +50,9 @@ macro_rules! catalog_suite {
             names_with_slash_are_refused_by_every_operation,
             listings_page_in_name_order_without_tombstones,
             lookups_report_what_is_missing,
+            a_namespace_is_deleted_only_when_it_holds_no_live_stream,
+            a_stream_created_during_a_namespace_deletion_never_outlives_it,
+            stream_properties_change_by_compare_and_set,
         );
     };
     (@tests $factory:path; $($name:ident),* $(,)?) => {
@@ -858,4 +861,107 @@ pub async fn lookups_report_what_is_missing(store: Arc<dyn MetaStore>) {
     let created = catalog.create_stream(NS, "s", 1, props.clone()).await.unwrap();
     assert_eq!(catalog.get_stream(NS, "s").await.unwrap().properties, props);
     assert_eq!(created.properties, props);
+}
+
+pub async fn a_namespace_is_deleted_only_when_it_holds_no_live_stream(store: Arc<dyn MetaStore>) {
+    let catalog = catalog_over(store, test_config()).await;
+    catalog.create_namespace("team", BTreeMap::new()).await.unwrap();
+    catalog.create_stream("team", "a", 1, BTreeMap::new()).await.unwrap();
+    let err = catalog.delete_namespace("team").await.unwrap_err();
+    assert!(matches!(err, CatalogError::NamespaceNotEmpty { streams: 1, .. }), "{err}");
+    assert_eq!(err.class(), lakestream_format::ErrorClass::Conflict);
+    // The refused deletion changed nothing: streams can still be created there.
+    catalog.create_stream("team", "b", 1, BTreeMap::new()).await.unwrap();
+    catalog.drop_stream("team", "a").await.unwrap();
+    catalog.drop_stream("team", "b").await.unwrap();
+    catalog.delete_namespace("team").await.unwrap();
+    let err = catalog.get_namespace("team").await.unwrap_err();
+    assert!(matches!(err, CatalogError::NamespaceNotFound { .. }), "{err}");
+    let err = catalog.delete_namespace("team").await.unwrap_err();
+    assert!(matches!(err, CatalogError::NamespaceNotFound { .. }), "{err}");
+    let err = catalog.create_stream("team", "c", 1, BTreeMap::new()).await.unwrap_err();
+    assert!(matches!(err, CatalogError::NamespaceNotFound { .. }), "{err}");
+    // Created again, the namespace keeps its dropped identities dropped (spec: creating a
+    // stream MUST fail when its identity has been dropped).
+    catalog.create_namespace("team", BTreeMap::new()).await.unwrap();
+    let err = catalog.create_stream("team", "a", 1, BTreeMap::new()).await.unwrap_err();
+    assert!(matches!(err, CatalogError::StreamDropped { .. }), "{err}");
+    catalog.create_stream("team", "d", 1, BTreeMap::new()).await.unwrap();
+}
+
+pub async fn a_stream_created_during_a_namespace_deletion_never_outlives_it(store: Arc<dyn MetaStore>) {
+    let catalog = catalog_over(store.clone(), test_config()).await;
+    for round in 0..8 {
+        let ns = format!("race{round}");
+        catalog.create_namespace(&ns, BTreeMap::new()).await.unwrap();
+        let creators: Vec<_> = (0..3)
+            .map(|i| {
+                let (catalog, ns) = (catalog.clone(), ns.clone());
+                tokio::spawn(
+                    async move { catalog.create_stream(&ns, &format!("s{i}"), 1, BTreeMap::new()).await },
+                )
+            })
+            .collect();
+        let deleter = {
+            let (catalog, ns) = (catalog.clone(), ns.clone());
+            tokio::spawn(async move { catalog.delete_namespace(&ns).await })
+        };
+        let deleted = deleter.await.unwrap();
+        let created: Vec<_> = futures_join(creators).await;
+        let live = catalog.list_streams(&ns, None, 100).await.unwrap().items.len();
+        match deleted {
+            // Deleted: no stream of it may be live, whatever the creators answered.
+            Ok(()) => {
+                assert!(catalog.get_namespace(&ns).await.is_err());
+                assert_eq!(live, 0, "round {round}: a live stream outlived its namespace");
+                assert!(
+                    created.iter().all(|c| c.is_err()),
+                    "round {round}: a creation succeeded in a deleted namespace"
+                );
+            }
+            Err(CatalogError::NamespaceNotEmpty { .. }) => {
+                assert!(catalog.get_namespace(&ns).await.is_ok());
+                assert_eq!(live, created.iter().filter(|c| c.is_ok()).count(), "round {round}");
+            }
+            Err(other) => panic!("round {round}: {other}"),
+        }
+    }
+}
+
+async fn futures_join<T>(handles: Vec<tokio::task::JoinHandle<T>>) -> Vec<T> {
+    let mut out = Vec::new();
+    for h in handles {
+        out.push(h.await.unwrap());
+    }
+    out
+}
+
+pub async fn stream_properties_change_by_compare_and_set(store: Arc<dyn MetaStore>) {
+    let catalog = catalog_over(store, test_config()).await;
+    let initial = BTreeMap::from([("a".to_owned(), "1".to_owned()), ("b".to_owned(), "2".to_owned())]);
+    catalog.create_stream(NS, "p", 1, initial).await.unwrap();
+    let changes = BTreeMap::from([("a".to_owned(), Some("10".to_owned())), ("b".to_owned(), None)]);
+    let updated = catalog.update_stream_properties(NS, "p", &changes).await.unwrap();
+    assert_eq!(updated.properties, BTreeMap::from([("a".to_owned(), "10".to_owned())]));
+    assert_eq!(catalog.get_stream(NS, "p").await.unwrap().properties, updated.properties);
+    // Concurrent updates of different keys all land.
+    let tasks: Vec<_> = (0..6)
+        .map(|i| {
+            let catalog = catalog.clone();
+            tokio::spawn(async move {
+                let change = BTreeMap::from([(format!("k{i}"), Some(i.to_string()))]);
+                catalog.update_stream_properties(NS, "p", &change).await
+            })
+        })
+        .collect();
+    for r in futures_join(tasks).await {
+        r.unwrap();
+    }
+    let props = catalog.get_stream(NS, "p").await.unwrap().properties;
+    assert_eq!(props.len(), 7, "{props:?}");
+    let err = catalog.update_stream_properties(NS, "missing", &changes).await.unwrap_err();
+    assert!(matches!(err, CatalogError::StreamNotFound { .. }), "{err}");
+    catalog.drop_stream(NS, "p").await.unwrap();
+    let err = catalog.update_stream_properties(NS, "p", &changes).await.unwrap_err();
+    assert!(matches!(err, CatalogError::StreamDropped { .. }), "{err}");
 }
