@@ -16,7 +16,7 @@ mod client;
 mod inspect;
 
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
@@ -581,7 +581,12 @@ fn main() -> ExitCode {
 fn load_config(command: &Command) -> Result<ServerConfig, String> {
     let config = match command {
         Command::Dev { data_dir, http_addr, grpc_addr, cloudevents_dedup_window } => {
-            let mut c = ServerConfig::dev(data_dir, *http_addr);
+            // The dev defaults as a document, then the environment, then the flags.
+            let text = ServerConfig::dev_toml(data_dir, *http_addr);
+            let mut c =
+                ServerConfig::from_toml_and_env(&text, Path::new("(lakestream dev defaults)"), process_env())
+                    .map_err(|e| e.to_string())?;
+            c.http.addr = *http_addr;
             c.grpc.addr = grpc_addr.0;
             if let Some(window) = cloudevents_dedup_window {
                 c.cloudevents.dedup_window = *window;

@@ -241,3 +241,22 @@ fn request_spans_are_exported_over_otlp() {
     assert!(has(b"trace-otlp-1"), "the request's span with its id was not exported");
     assert!(has(b"lakestream"), "the service name");
 }
+
+/// `lakestream dev` takes the general environment rule like `serve` does: a bad value stops
+/// the start naming its variable and key.
+#[test]
+fn dev_applies_the_environment_rule() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = Command::new(BIN)
+        .args(["dev", "--http-addr", "127.0.0.1:1", "--grpc-addr", "off"])
+        .env("LAKESTREAM_WRITER__FLUSH_WINDOW", "soon")
+        .current_dir(dir.path())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("LAKESTREAM_WRITER__FLUSH_WINDOW") && stderr.contains("writer.flush_window"),
+        "{stderr}"
+    );
+}

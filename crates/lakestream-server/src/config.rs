@@ -609,6 +609,20 @@ impl ServerConfig {
         }
     }
 
+    /// [`ServerConfig::dev`] as a TOML document, so that `lakestream dev` takes the
+    /// environment (`LAKESTREAM_SECTION__KEY` and the aliases) over it like a file.
+    pub fn dev_toml(data_dir: &Path, addr: SocketAddr) -> String {
+        // A JSON string is a valid TOML basic string (the same escapes).
+        let quoted = |p: &Path| serde_json::Value::String(p.to_string_lossy().into_owned()).to_string();
+        let objects = quoted(&data_dir.join("objects"));
+        format!(
+            "[http]\naddr = \"{addr}\"\n\n[metadata]\nbackend = \"embedded\"\npath = {}\n\n\
+             [storage.wal]\nbackend = \"local\"\ndir = {objects}\nroot = \"wal\"\n\n\
+             [storage.compacted]\nbackend = \"local\"\ndir = {objects}\nroot = \"compacted\"\n",
+            quoted(&data_dir.join("metadata.redb"))
+        )
+    }
+
     /// Parses a TOML document (`path` names it in errors), without the environment.
     pub fn from_toml(text: &str, path: &Path) -> Result<ServerConfig, ConfigError> {
         Self::from_toml_and_env(text, path, std::iter::empty())
@@ -812,6 +826,18 @@ mod tests {
     fn writer_file() -> (String, PathBuf) {
         let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../deploy/writer.toml");
         (std::fs::read_to_string(&path).unwrap(), path)
+    }
+
+    #[test]
+    fn the_dev_document_is_the_dev_config() {
+        let dir = Path::new("/tmp/a \"quoted\" dir");
+        let addr: SocketAddr = "127.0.0.1:8080".parse().unwrap();
+        let text = ServerConfig::dev_toml(dir, addr);
+        let parsed = ServerConfig::from_toml(&text, Path::new("dev")).unwrap();
+        let dev = ServerConfig::dev(dir, addr);
+        assert_eq!(format!("{:?}", parsed.storage), format!("{:?}", dev.storage));
+        assert_eq!(format!("{:?}", parsed.metadata), format!("{:?}", dev.metadata));
+        assert_eq!(parsed.http.addr, addr);
     }
 
     #[test]
