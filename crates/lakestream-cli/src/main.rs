@@ -202,6 +202,22 @@ enum Command {
     Bench(lakestream_bench::cli::BenchArgs),
 }
 
+impl Command {
+    /// Whether this is a client of a running service's HTTP API.
+    fn is_client(&self) -> bool {
+        matches!(
+            self,
+            Command::Namespace { .. }
+                | Command::Stream { .. }
+                | Command::Produce { .. }
+                | Command::Consume { .. }
+                | Command::Describe { .. }
+                | Command::Offsets { .. }
+                | Command::Trim { .. }
+        )
+    }
+}
+
 /// Which service and namespace a client command talks to, and how to authenticate; unset
 /// values come from the profile file (see `docs/cli.md`).
 #[derive(Debug, clap::Args)]
@@ -532,16 +548,7 @@ fn main() -> ExitCode {
             }
         };
     }
-    if matches!(
-        cli.command,
-        Command::Namespace { .. }
-            | Command::Stream { .. }
-            | Command::Produce { .. }
-            | Command::Consume { .. }
-            | Command::Describe { .. }
-            | Command::Offsets { .. }
-            | Command::Trim { .. }
-    ) {
+    if cli.command.is_client() {
         let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
             Ok(r) => r,
             Err(e) => {
@@ -598,15 +605,8 @@ fn load_config(command: &Command) -> Result<ServerConfig, String> {
         Command::Reader(args) => args.load_role(|r| &mut r.reader)?,
         Command::Compactor(args) => args.load_role(|r| &mut r.compactor)?,
         Command::Catalog(args) => args.load_role(|r| &mut r.catalog)?,
-        Command::Inspect { .. }
-        | Command::Namespace { .. }
-        | Command::Stream { .. }
-        | Command::Produce { .. }
-        | Command::Consume { .. }
-        | Command::Describe { .. }
-        | Command::Offsets { .. }
-        | Command::Trim { .. }
-        | Command::Bench(_) => {
+        // The clients, `inspect` and `bench`.
+        _ => {
             return Err("this command needs no service configuration".into());
         }
     };
