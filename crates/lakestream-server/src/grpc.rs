@@ -62,6 +62,9 @@ pub use proto::lakestream::v1 as pb;
 /// The metadata key of the stable error code.
 pub const ERROR_CODE: &str = "lakestream-error-code";
 
+/// The metadata key of a failed conditional append's actual next offset.
+pub const NEXT_OFFSET: &str = "lakestream-next-offset";
+
 /// The gRPC service over the service layer.
 #[derive(Debug, Clone)]
 pub struct GrpcService {
@@ -124,7 +127,21 @@ pub fn status_of(e: &ApiError) -> Status {
     if let Some(secs) = e.kind().retry_after_secs() {
         metadata.insert("retry-after", MetadataValue::from(secs));
     }
+    if let Some(next) = e.next_offset() {
+        metadata.insert(NEXT_OFFSET, MetadataValue::from(next));
+    }
     Status::with_metadata(e.grpc_code(), e.message(), metadata)
+}
+
+fn committed_of(c: crate::groups::CommittedOffset) -> pb::CommittedOffset {
+    pb::CommittedOffset {
+        stream: c.stream,
+        partition: u32::try_from(c.partition).unwrap_or(u32::MAX),
+        offset: c.offset,
+        generation: c.generation,
+        metadata: c.metadata,
+        committed_ms: c.committed_ms,
+    }
 }
 
 fn stream_of(s: lakestream_catalog::Stream) -> pb::Stream {
@@ -308,7 +325,11 @@ impl Lakestream for GrpcService {
                     stream: &r.stream,
                     partition: r.partition as usize,
                 };
-                let outcomes = api.produce(target, input).await?;
+                let options = crate::api::ProduceOptions {
+                    expect_next_offset: r.expected_next_offset,
+                    producer: crate::api::producer_of(Some(&r.producer_id), r.producer_sequence)?,
+                };
+                let outcomes = api.produce_with(target, input, options).await?;
                 let results = outcomes
                     .iter()
                     .map(|o| pb::ProduceResult {
@@ -385,6 +406,73 @@ impl Lakestream for GrpcService {
                     next_offset: o.next_offset,
                     trim_marker: o.trim_marker,
                 })
+            },
+        )
+        .await
+    }
+
+    async fn commit_offset(
+        &self,
+        request: Request<pb::CommitOffsetRequest>,
+    ) -> Result<Response<pb::CommittedOffset>, Status> {
+        self.call(
+            "CommitOffset",
+            request,
+            |r| (ns(&r.namespace), Permission::Read),
+            |api, r| async move {
+                let target = PartitionRef {
+                    namespace: &r.namespace,
+                    stream: &r.stream,
+                    partition: r.partition as usize,
+                };
+                let commit = crate::groups::OffsetCommit {
+                    offset: r.offset,
+                    generation: r.generation,
+                    metadata: r.metadata,
+                };
+                Ok(committed_of(api.commit_offset(&r.group, target, commit).await?))
+            },
+        )
+        .await
+    }
+
+    async fn get_group_offsets(
+        &self,
+        request: Request<pb::GetGroupOffsetsRequest>,
+    ) -> Result<Response<pb::GetGroupOffsetsResponse>, Status> {
+        self.call(
+            "GetGroupOffsets",
+            request,
+            |r| (ns(&r.namespace), Permission::Read),
+            |api, r| async move {
+                let partitions = api
+                    .group_offsets(&r.namespace, &r.group, &r.stream)
+                    .await?
+                    .into_iter()
+                    .map(|p| pb::PartitionLag {
+                        partition: u32::try_from(p.partition).unwrap_or(u32::MAX),
+                        committed: p.committed.map(committed_of),
+                        next_offset: p.next_offset,
+                        lag: p.lag,
+                    })
+                    .collect();
+                Ok(pb::GetGroupOffsetsResponse { partitions })
+            },
+        )
+        .await
+    }
+
+    async fn list_groups(
+        &self,
+        request: Request<pb::ListGroupsRequest>,
+    ) -> Result<Response<pb::ListGroupsResponse>, Status> {
+        self.call(
+            "ListGroups",
+            request,
+            |r| (ns(&r.namespace), Permission::Read),
+            |api, r| async move {
+                let page = api.list_groups(&r.namespace, r.after.as_deref(), limit(r.limit)).await?;
+                Ok(pb::ListGroupsResponse { groups: page.items, next_page: page.next_page })
             },
         )
         .await

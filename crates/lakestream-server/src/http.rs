@@ -14,6 +14,9 @@
 //! | GET | `…/partitions/{p}/entries` | fetch entries from an offset |
 //! | GET | `…/partitions/{p}/offsets` | first and next offsets, trim marker |
 //! | POST | `…/partitions/{p}/trim` | soft trim |
+//! | GET | `/v1/namespaces/{ns}/groups` | list the namespace's consumer groups |
+//! | GET | `/v1/namespaces/{ns}/groups/{group}/streams/{stream}` | a group's committed offsets and lag per partition |
+//! | PUT | `/v1/namespaces/{ns}/groups/{group}/streams/{stream}/partitions/{p}` | commit a group's offset |
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -25,7 +28,7 @@ use axum::extract::rejection::JsonRejection;
 use axum::extract::{DefaultBodyLimit, FromRequestParts as _, MatchedPath, Path, Query, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
+use axum::routing::{get, post, put};
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD as BASE64;
 use bytes::Bytes;
@@ -79,6 +82,9 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/namespaces/{ns}/streams/{stream}/partitions/{p}/entries", post(produce).get(fetch))
         .route("/v1/namespaces/{ns}/streams/{stream}/partitions/{p}/offsets", get(offsets))
         .route("/v1/namespaces/{ns}/streams/{stream}/partitions/{p}/trim", post(trim))
+        .route("/v1/namespaces/{ns}/groups", get(list_groups))
+        .route("/v1/namespaces/{ns}/groups/{group}/streams/{stream}", get(group_offsets))
+        .route("/v1/namespaces/{ns}/groups/{group}/streams/{stream}/partitions/{p}", put(commit_offset))
         .merge(crate::events::routes(&state.stack, &state.metrics, state.config.max_fetch_wait))
         // After routing, so that `authorize` sees the matched route and its decoded parameters.
         .route_layer(axum::middleware::from_fn_with_state(state.clone(), authorize))
@@ -182,7 +188,11 @@ impl From<JsonRejection> for ApiError {
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let status = self.http_status();
-        let body = serde_json::json!({ "error": { "code": self.code(), "message": self.message() } });
+        let mut error = serde_json::json!({ "code": self.code(), "message": self.message() });
+        if let Some(next) = self.next_offset() {
+            error["next_offset"] = serde_json::json!(next);
+        }
+        let body = serde_json::json!({ "error": error });
         let mut response = (status, axum::Json(body)).into_response();
         if status == StatusCode::SERVICE_UNAVAILABLE || status == StatusCode::TOO_MANY_REQUESTS {
             let secs = self.kind().retry_after_secs().unwrap_or(1);
@@ -382,12 +392,19 @@ fn one() -> u32 {
 #[serde(deny_unknown_fields)]
 struct ProduceBody {
     entries: Vec<ProduceEntry>,
+    expected_next_offset: Option<u64>,
+    producer_id: Option<String>,
+    producer_sequence: Option<u64>,
 }
 
+/// A produce request's query: the conditions may be given here for every content type.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct ProduceQuery {
     record_count: Option<u32>,
+    expected_next_offset: Option<u64>,
+    producer_id: Option<String>,
+    producer_sequence: Option<u64>,
 }
 
 #[derive(Debug, Serialize)]
@@ -418,11 +435,16 @@ async fn produce(
         .and_then(|v| v.split(';').next())
         .map(|t| t.trim().to_ascii_lowercase())
         .unwrap_or_default();
+    let mut expect = q.expected_next_offset;
+    let (mut producer_id, mut producer_sequence) = (q.producer_id, q.producer_sequence);
     let input = if content_type == KAFKA_BATCHES {
         ProduceInput::KafkaBatches { payload: body, record_count: q.record_count }
     } else if content_type == "application/json" {
         let parsed: ProduceBody =
             serde_json::from_slice(&body).map_err(|e| ApiError::invalid(format!("request body: {e}")))?;
+        expect = one_of("expected_next_offset", expect, parsed.expected_next_offset)?;
+        producer_id = one_of("producer_id", producer_id, parsed.producer_id)?;
+        producer_sequence = one_of("producer_sequence", producer_sequence, parsed.producer_sequence)?;
         let entries = parsed
             .entries
             .into_iter()
@@ -440,9 +462,13 @@ async fn produce(
     };
     // A batch answers 200 with one result per entry unless every entry failed, in which case
     // the first error decides (and a single entry answers with its own status).
+    let options = crate::api::ProduceOptions {
+        expect_next_offset: expect,
+        producer: crate::api::producer_of(producer_id.as_deref(), producer_sequence)?,
+    };
     let answers: Vec<serde_json::Value> = s
         .api
-        .produce(target, input)
+        .produce_with(target, input, options)
         .await?
         .into_iter()
         .map(|outcome| match outcome {
@@ -457,6 +483,16 @@ async fn produce(
         })
         .collect();
     Ok(ok(StatusCode::OK, serde_json::json!({ "entries": answers })))
+}
+
+/// A field given in the query or the body, not both.
+fn one_of<T>(field: &str, query: Option<T>, body: Option<T>) -> ApiResult<Option<T>> {
+    match (query, body) {
+        (Some(_), Some(_)) => {
+            Err(ApiError::invalid(format!("{field}: give it in the query or the body, not both")))
+        }
+        (q, b) => Ok(q.or(b)),
+    }
 }
 
 #[derive(Debug, Deserialize)]
@@ -505,6 +541,72 @@ async fn offsets(
         StatusCode::OK,
         serde_json::json!({ "first_offset": o.first_offset, "next_offset": o.next_offset, "trim_marker": o.trim_marker }),
     ))
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CommitBody {
+    offset: u64,
+    #[serde(default)]
+    generation: u64,
+    #[serde(default)]
+    metadata: String,
+}
+
+fn committed_json(c: &crate::groups::CommittedOffset) -> serde_json::Value {
+    serde_json::json!({
+        "stream": c.stream,
+        "partition": c.partition,
+        "offset": c.offset,
+        "generation": c.generation,
+        "metadata": c.metadata,
+        "committed_ms": c.committed_ms,
+    })
+}
+
+async fn commit_offset(
+    State(s): State<AppState>,
+    Path((ns, group, stream, p)): Path<(String, String, String, String)>,
+    Json(body): Json<CommitBody>,
+) -> ApiResult<Response> {
+    let target = PartitionRef { namespace: &ns, stream: &stream, partition: partition(&p)? };
+    let commit = crate::groups::OffsetCommit {
+        offset: body.offset,
+        generation: body.generation,
+        metadata: body.metadata,
+    };
+    let committed = s.api.commit_offset(&group, target, commit).await?;
+    Ok(ok(StatusCode::OK, committed_json(&committed)))
+}
+
+async fn group_offsets(
+    State(s): State<AppState>,
+    Path((ns, group, stream)): Path<(String, String, String)>,
+) -> ApiResult<Response> {
+    let partitions: Vec<_> = s
+        .api
+        .group_offsets(&ns, &group, &stream)
+        .await?
+        .iter()
+        .map(|p| {
+            serde_json::json!({
+                "partition": p.partition,
+                "committed": p.committed.as_ref().map(committed_json),
+                "next_offset": p.next_offset,
+                "lag": p.lag,
+            })
+        })
+        .collect();
+    Ok(ok(StatusCode::OK, serde_json::json!({ "group": group, "stream": stream, "partitions": partitions })))
+}
+
+async fn list_groups(
+    State(s): State<AppState>,
+    Path(ns): Path<String>,
+    Query(q): Query<ListQuery>,
+) -> ApiResult<Response> {
+    let page = s.api.list_groups(&ns, q.after.as_deref(), q.limit).await?;
+    Ok(ok(StatusCode::OK, serde_json::json!({ "groups": page.items, "next_page": page.next_page })))
 }
 
 #[derive(Debug, Deserialize)]
