@@ -62,6 +62,9 @@ pub use proto::lakestream::v1 as pb;
 /// The metadata key of the stable error code.
 pub const ERROR_CODE: &str = "lakestream-error-code";
 
+/// The encoded descriptor set of `lakestream.v1` and its imports, for server reflection.
+const DESCRIPTOR_SET: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/lakestream_descriptor.bin"));
+
 /// The metadata key of a failed conditional append's actual next offset.
 pub const NEXT_OFFSET: &str = "lakestream-next-offset";
 
@@ -561,7 +564,25 @@ pub async fn serve(
 ) {
     let metrics = api.metrics().clone();
     let stats = metrics.grpc_connections.clone();
-    let routes = tonic::service::Routes::new(GrpcService::new(api).into_server(config.max_message_bytes));
+    // The standard health service (`grpc.health.v1`, for grpc_health_probe and load
+    // balancers): SERVING for the whole server ("") and for the Lakestream service.
+    let (health, health_service) = tonic_health::server::health_reporter();
+    health.set_serving::<pb::lakestream_server::LakestreamServer<GrpcService>>().await;
+    // Server reflection (`grpc.reflection.v1` and `v1alpha`), so grpcurl needs no .proto files.
+    let reflection = tonic_reflection::server::Builder::configure()
+        .register_encoded_file_descriptor_set(DESCRIPTOR_SET)
+        .build_v1();
+    let reflection_alpha = tonic_reflection::server::Builder::configure()
+        .register_encoded_file_descriptor_set(DESCRIPTOR_SET)
+        .build_v1alpha();
+    let mut routes = tonic::service::Routes::new(GrpcService::new(api).into_server(config.max_message_bytes))
+        .add_service(health_service);
+    match (reflection, reflection_alpha) {
+        (Ok(v1), Ok(v1alpha)) => routes = routes.add_service(v1).add_service(v1alpha),
+        (Err(e), _) | (_, Err(e)) => {
+            tracing::error!(error = %e, "gRPC reflection is not served: its descriptor set is invalid")
+        }
+    }
     let edge = Edge { inner: routes, metrics };
     crate::listener::serve_connections(listener, tls, edge, limits, stats, shutdown).await
 }
