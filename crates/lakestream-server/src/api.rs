@@ -885,6 +885,59 @@ impl Api {
         Ok(batch)
     }
 
+    /// A read session: batches of whole entries of a partition from `offset`, each at most
+    /// about `max_bytes` of payload (default [`DEFAULT_FETCH_BYTES`]), waiting at the end of
+    /// the partition for new entries for as long as the caller keeps polling. Empty reads are
+    /// not yielded. The stream ends after yielding an error (a dropped stream, say).
+    ///
+    /// Flow control: the next batch is read only when the caller polls for it, so a session
+    /// holds at most one batch in memory beyond what its transport buffers; a slow client
+    /// slows its session down (HTTP/2 and TCP windows) instead of growing a queue.
+    pub async fn read_session(
+        &self,
+        target: PartitionRef<'_>,
+        offset: u64,
+        max_bytes: Option<usize>,
+    ) -> ApiResult<futures::stream::BoxStream<'static, ApiResult<ReadBatch>>> {
+        use futures::StreamExt as _;
+        let log = self.log_of(target).await?;
+        self.reader()?;
+        let max_bytes = max_bytes.unwrap_or(DEFAULT_FETCH_BYTES);
+        if max_bytes == 0 {
+            return Err(ApiError::invalid("max_bytes: must be at least 1"));
+        }
+        // Each read waits at most this long at the end of the partition before it reads again.
+        let wait = self.max_fetch_wait.max(Duration::from_millis(1));
+        let api = self.clone();
+        let batches = futures::stream::unfold(Some(offset), move |next| {
+            let (api, log) = (api.clone(), log.clone());
+            async move {
+                let mut offset = next?;
+                loop {
+                    let reader = match api.reader() {
+                        Ok(r) => r,
+                        Err(e) => return Some((Err(e), None)),
+                    };
+                    let started = Instant::now();
+                    match reader.read(&log, offset, max_bytes, wait).await {
+                        Ok(batch) if batch.entries.is_empty() => offset = batch.next_offset.max(offset),
+                        Ok(batch) => {
+                            let m = &api.metrics;
+                            m.fetch_latency.observe(started.elapsed());
+                            m.fetched_entries.fetch_add(batch.entries.len() as u64, Ordering::Relaxed);
+                            let bytes: usize = batch.entries.iter().map(|e| e.payload.len()).sum();
+                            m.fetched_bytes.fetch_add(bytes as u64, Ordering::Relaxed);
+                            let next = batch.next_offset;
+                            return Some((Ok(batch), Some(next)));
+                        }
+                        Err(e) => return Some((Err(e.into()), None)),
+                    }
+                }
+            }
+        });
+        Ok(batches.boxed())
+    }
+
     /// A partition's first and next offsets and trim marker.
     pub async fn offsets(&self, target: PartitionRef<'_>) -> ApiResult<Offsets> {
         let log = self.log_of(target).await?;

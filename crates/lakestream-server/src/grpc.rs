@@ -136,6 +136,23 @@ pub fn status_of(e: &ApiError) -> Status {
     Status::with_metadata(e.grpc_code(), e.message(), metadata)
 }
 
+fn fetch_response_of(batch: lakestream_reader::ReadBatch) -> pb::FetchResponse {
+    pb::FetchResponse {
+        entries: batch
+            .entries
+            .into_iter()
+            .map(|e| pb::Entry {
+                offset: e.offset,
+                record_count: e.record_count,
+                timestamp_ms: e.timestamp_ms,
+                payload: e.payload,
+            })
+            .collect(),
+        next_offset: batch.next_offset,
+        trim_marker: batch.trim_marker,
+    }
+}
+
 fn committed_of(c: crate::groups::CommittedOffset) -> pb::CommittedOffset {
     pb::CommittedOffset {
         stream: c.stream,
@@ -369,21 +386,34 @@ impl Lakestream for GrpcService {
                     max_bytes: r.max_bytes.map(|b| usize::try_from(b).unwrap_or(usize::MAX)),
                     max_wait_ms: r.max_wait_ms,
                 };
-                let batch = api.fetch(target, params).await?;
-                Ok(pb::FetchResponse {
-                    entries: batch
-                        .entries
-                        .into_iter()
-                        .map(|e| pb::Entry {
-                            offset: e.offset,
-                            record_count: e.record_count,
-                            timestamp_ms: e.timestamp_ms,
-                            payload: e.payload,
-                        })
-                        .collect(),
-                    next_offset: batch.next_offset,
-                    trim_marker: batch.trim_marker,
-                })
+                Ok(fetch_response_of(api.fetch(target, params).await?))
+            },
+        )
+        .await
+    }
+
+    type ReadSessionStream =
+        Pin<Box<dyn futures::Stream<Item = Result<pb::FetchResponse, Status>> + Send + 'static>>;
+
+    async fn read_session(
+        &self,
+        request: Request<pb::ReadSessionRequest>,
+    ) -> Result<Response<Self::ReadSessionStream>, Status> {
+        use futures::StreamExt as _;
+        self.call(
+            "ReadSession",
+            request,
+            |r| (ns(&r.namespace), Permission::Read),
+            |api, r| async move {
+                let target = PartitionRef {
+                    namespace: &r.namespace,
+                    stream: &r.stream,
+                    partition: r.partition as usize,
+                };
+                let max_bytes = r.max_bytes.map(|b| usize::try_from(b).unwrap_or(usize::MAX));
+                let batches = api.read_session(target, r.offset, max_bytes).await?;
+                let responses = batches.map(|b| b.map(fetch_response_of).map_err(|e| status_of(&e)));
+                Ok(Box::pin(responses) as Self::ReadSessionStream)
             },
         )
         .await

@@ -505,12 +505,19 @@ struct FetchQuery {
     max_wait_ms: u64,
 }
 
+/// Fetches entries; with `Accept: text/event-stream`, opens a read session instead (see
+/// [`read_session`]).
 async fn fetch(
     State(s): State<AppState>,
     Path((ns, stream, p)): Path<(String, String, String)>,
     Query(q): Query<FetchQuery>,
+    headers: HeaderMap,
 ) -> ApiResult<Response> {
     let target = PartitionRef { namespace: &ns, stream: &stream, partition: partition(&p)? };
+    let accept = headers.get(header::ACCEPT).and_then(|v| v.to_str().ok()).unwrap_or_default();
+    if accept.contains("text/event-stream") {
+        return read_session(&s, target, &q, &headers).await;
+    }
     let params = FetchParams { offset: q.offset, max_bytes: q.max_bytes, max_wait_ms: q.max_wait_ms };
     let batch = s.api.fetch(target, params).await?;
     let entries: Vec<_> = batch
@@ -529,6 +536,57 @@ async fn fetch(
         StatusCode::OK,
         serde_json::json!({ "entries": entries, "next_offset": batch.next_offset, "trim_marker": batch.trim_marker }),
     ))
+}
+
+/// A read session as Server-Sent Events: one `entry` event per entry, pushed as entries are
+/// appended, whose `id` is the offset after it, so that a client reconnecting with
+/// `Last-Event-ID` (which EventSource sends by itself) resumes right after the last entry it
+/// saw. The data is `{"offset", "record_count", "timestamp_ms", "payload_base64"}`. A failure
+/// after the response started is an `error` event (`{"code", "message"}`), and the stream
+/// ends. Comments keep an idle connection alive every 15 s.
+async fn read_session(
+    s: &AppState,
+    target: PartitionRef<'_>,
+    q: &FetchQuery,
+    headers: &HeaderMap,
+) -> ApiResult<Response> {
+    use axum::response::sse::{Event, KeepAlive, Sse};
+    use futures::StreamExt as _;
+    let offset = match headers.get("last-event-id") {
+        None => q.offset,
+        Some(v) => v.to_str().ok().and_then(|v| v.trim().parse().ok()).ok_or_else(|| {
+            ApiError::invalid("Last-Event-ID: must be an offset (the id of the last event received)")
+        })?,
+    };
+    let batches = s.api.read_session(target, offset, q.max_bytes).await?;
+    let events = batches
+        .flat_map(|batch| {
+            let events: Vec<Event> = match batch {
+                Ok(batch) => batch
+                    .entries
+                    .iter()
+                    .map(|e| {
+                        let data = serde_json::json!({
+                            "offset": e.offset,
+                            "record_count": e.record_count,
+                            "timestamp_ms": e.timestamp_ms,
+                            "payload_base64": BASE64.encode(&e.payload),
+                        });
+                        Event::default()
+                            .event("entry")
+                            .id((e.offset + u64::from(e.record_count)).to_string())
+                            .data(data.to_string())
+                    })
+                    .collect(),
+                Err(e) => {
+                    let data = serde_json::json!({ "code": e.code(), "message": e.message() });
+                    vec![Event::default().event("error").data(data.to_string())]
+                }
+            };
+            futures::stream::iter(events)
+        })
+        .map(Ok::<_, std::convert::Infallible>);
+    Ok(Sse::new(events).keep_alive(KeepAlive::default()).into_response())
 }
 
 async fn offsets(
