@@ -679,6 +679,21 @@ impl Api {
         input: ProduceInput,
         options: ProduceOptions,
     ) -> ApiResult<Vec<EntryOutcome>> {
+        self.produce_pipelined(target, input, options).await?.await
+    }
+
+    /// [`Api::produce_with`] in two steps, for pipelining: the call returns once the request
+    /// is checked and handed to the writer (its place in the partition's order is then fixed),
+    /// and the future it returns resolves with the outcomes. Requests to one partition handed
+    /// over one after another commit in that order. An idempotent producer's request is
+    /// completed before the call returns.
+    pub async fn produce_pipelined(
+        &self,
+        target: PartitionRef<'_>,
+        input: ProduceInput,
+        options: ProduceOptions,
+    ) -> ApiResult<futures::future::BoxFuture<'static, ApiResult<Vec<EntryOutcome>>>> {
+        use futures::FutureExt as _;
         let log = self.log_of(target).await?;
         let w = self.writer()?;
         let entries = match input {
@@ -715,11 +730,21 @@ impl Api {
         }
         let started = Instant::now();
         let lens: Vec<usize> = entries.iter().map(|(p, _)| p.len()).collect();
+        let metrics = self.metrics.clone();
         let results = match options.producer {
             None => {
                 let conditions =
                     AppendOptions { expect_next_offset: options.expect_next_offset, before_publish: None };
-                w.append_many_with(log.log_id, entries, conditions).await
+                let count = entries.len();
+                return Ok(match w.enqueue_many_with(log.log_id, entries, conditions).await {
+                    Ok(pending) => {
+                        async move { outcomes_of(&metrics, pending.acks().await, lens, started) }.boxed()
+                    }
+                    Err(e) => {
+                        let results = (0..count).map(|_| Err(e.clone())).collect();
+                        futures::future::ready(outcomes_of(&metrics, results, lens, started)).boxed()
+                    }
+                });
             }
             Some(producer) => {
                 // Run to the end even if the caller goes away, so that a retry (which waits
@@ -732,7 +757,8 @@ impl Api {
                 match task.await {
                     Ok(Ok(Ok(acks))) => {
                         // A retry of an appended request: nothing was appended now.
-                        return Ok(acks.into_iter().map(Ok).collect());
+                        self.metrics.producer_duplicates.fetch_add(1, Ordering::Relaxed);
+                        return Ok(futures::future::ready(Ok(acks.into_iter().map(Ok).collect())).boxed());
                     }
                     Ok(Ok(Err(results))) => results,
                     Ok(Err(e)) => return Err(e),
@@ -740,31 +766,7 @@ impl Api {
                 }
             }
         };
-        let m = &self.metrics;
-        let mut outcomes = Vec::with_capacity(results.len());
-        for (result, len) in results.into_iter().zip(lens) {
-            outcomes.push(match result {
-                Ok(ack) => {
-                    m.appended_entries.fetch_add(1, Ordering::Relaxed);
-                    m.appended_bytes.fetch_add(len as u64, Ordering::Relaxed);
-                    m.append_latency.observe(started.elapsed());
-                    Ok(ack)
-                }
-                Err(e) => {
-                    m.append_errors.fetch_add(1, Ordering::Relaxed);
-                    if e.class() == ErrorClass::OutcomeUnknown {
-                        m.append_unknown.fetch_add(1, Ordering::Relaxed);
-                    }
-                    Err(EntryError { class: e.class(), error: e.into() })
-                }
-            });
-        }
-        if outcomes.iter().all(Result::is_err)
-            && let Some(Err(first)) = outcomes.first()
-        {
-            return Err(first.error.clone());
-        }
-        Ok(outcomes)
+        Ok(futures::future::ready(outcomes_of(&metrics, results, lens, started)).boxed())
     }
 
     /// An idempotent producer's request (see [`crate::producers`]): `Ok(acks)` for a retry of
@@ -805,10 +807,7 @@ impl Api {
         }
         let record_counts: Vec<u32> = entries.iter().map(|(_, n)| *n).collect();
         match producers::decide(log_id, &state, producer.sequence, &record_counts)? {
-            Decision::Duplicate(acks) => {
-                self.metrics.producer_duplicates.fetch_add(1, Ordering::Relaxed);
-                return Ok(Ok(acks));
-            }
+            Decision::Duplicate(acks) => return Ok(Ok(acks)),
             Decision::Append => {}
         }
         let tail_before = w.next_offset(log_id).await?;
@@ -1031,6 +1030,40 @@ impl Api {
         let next_page = if more { items.last().cloned() } else { None };
         Ok(Page { items, next_page })
     }
+}
+
+/// Records the append metrics of a request's results and turns them into its answer: every
+/// entry's outcome, or the first error when every entry failed.
+fn outcomes_of(
+    m: &Metrics,
+    results: Vec<Result<AppendAck, AppendError>>,
+    lens: Vec<usize>,
+    started: Instant,
+) -> ApiResult<Vec<EntryOutcome>> {
+    let mut outcomes = Vec::with_capacity(results.len());
+    for (result, len) in results.into_iter().zip(lens) {
+        outcomes.push(match result {
+            Ok(ack) => {
+                m.appended_entries.fetch_add(1, Ordering::Relaxed);
+                m.appended_bytes.fetch_add(len as u64, Ordering::Relaxed);
+                m.append_latency.observe(started.elapsed());
+                Ok(ack)
+            }
+            Err(e) => {
+                m.append_errors.fetch_add(1, Ordering::Relaxed);
+                if e.class() == ErrorClass::OutcomeUnknown {
+                    m.append_unknown.fetch_add(1, Ordering::Relaxed);
+                }
+                Err(EntryError { class: e.class(), error: e.into() })
+            }
+        });
+    }
+    if outcomes.iter().all(Result::is_err)
+        && let Some(Err(first)) = outcomes.first()
+    {
+        return Err(first.error.clone());
+    }
+    Ok(outcomes)
 }
 
 /// An idempotent producer's part of a request, from its two fields (an empty id counts as

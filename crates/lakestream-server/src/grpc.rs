@@ -136,6 +136,51 @@ pub fn status_of(e: &ApiError) -> Status {
     Status::with_metadata(e.grpc_code(), e.message(), metadata)
 }
 
+/// How many requests of an append session may be in flight (handed to the writer and not yet
+/// answered) at once.
+pub const APPEND_SESSION_PIPELINE: usize = 64;
+
+/// A produce request's input and conditions.
+fn produce_parts(r: &pb::ProduceRequest) -> ApiResult<(ProduceInput, crate::api::ProduceOptions)> {
+    let input = if r.kafka_batches {
+        match &r.entries[..] {
+            [e] => ProduceInput::KafkaBatches { payload: e.payload.clone(), record_count: e.record_count },
+            _ => {
+                return Err(ApiError::invalid(
+                    "entries: with kafka_batches, give exactly one entry holding the batches",
+                ));
+            }
+        }
+    } else {
+        ProduceInput::Entries(
+            r.entries.iter().map(|e| (e.payload.clone(), e.record_count.unwrap_or(1))).collect(),
+        )
+    };
+    let options = crate::api::ProduceOptions {
+        expect_next_offset: r.expected_next_offset,
+        producer: crate::api::producer_of(Some(&r.producer_id), r.producer_sequence)?,
+    };
+    Ok((input, options))
+}
+
+fn produce_response_of(outcomes: &[crate::api::EntryOutcome]) -> pb::ProduceResponse {
+    use pb::produce_result::Result as Outcome;
+    let results = outcomes
+        .iter()
+        .map(|o| pb::ProduceResult {
+            result: Some(match o {
+                Ok(ack) => Outcome::Appended(appended(ack)),
+                Err(e) => Outcome::Error(pb::EntryError {
+                    class: format!("{:?}", e.class),
+                    message: e.error.message().to_owned(),
+                    code: e.error.code().to_owned(),
+                }),
+            }),
+        })
+        .collect();
+    pb::ProduceResponse { results }
+}
+
 fn fetch_response_of(batch: lakestream_reader::ReadBatch) -> pb::FetchResponse {
     pb::FetchResponse {
         entries: batch
@@ -317,56 +362,70 @@ impl Lakestream for GrpcService {
         &self,
         request: Request<pb::ProduceRequest>,
     ) -> Result<Response<pb::ProduceResponse>, Status> {
-        use pb::produce_result::Result as Outcome;
         self.call(
             "Produce",
             request,
             |r| (ns(&r.namespace), Permission::Write),
             |api, r| async move {
-                let input = if r.kafka_batches {
-                    let mut entries = r.entries.into_iter();
-                    match (entries.next(), entries.next()) {
-                        (Some(e), None) => {
-                            ProduceInput::KafkaBatches { payload: e.payload, record_count: e.record_count }
-                        }
-                        _ => {
-                            return Err(ApiError::invalid(
-                                "entries: with kafka_batches, give exactly one entry holding the batches",
-                            ));
-                        }
-                    }
-                } else {
-                    ProduceInput::Entries(
-                        r.entries.into_iter().map(|e| (e.payload, e.record_count.unwrap_or(1))).collect(),
-                    )
-                };
+                let (input, options) = produce_parts(&r)?;
                 let target = PartitionRef {
                     namespace: &r.namespace,
                     stream: &r.stream,
                     partition: r.partition as usize,
                 };
-                let options = crate::api::ProduceOptions {
-                    expect_next_offset: r.expected_next_offset,
-                    producer: crate::api::producer_of(Some(&r.producer_id), r.producer_sequence)?,
-                };
-                let outcomes = api.produce_with(target, input, options).await?;
-                let results = outcomes
-                    .iter()
-                    .map(|o| pb::ProduceResult {
-                        result: Some(match o {
-                            Ok(ack) => Outcome::Appended(appended(ack)),
-                            Err(e) => Outcome::Error(pb::EntryError {
-                                class: format!("{:?}", e.class),
-                                message: e.error.message().to_owned(),
-                                code: e.error.code().to_owned(),
-                            }),
-                        }),
-                    })
-                    .collect();
-                Ok(pb::ProduceResponse { results })
+                Ok(produce_response_of(&api.produce_with(target, input, options).await?))
             },
         )
         .await
+    }
+
+    type AppendSessionStream =
+        Pin<Box<dyn futures::Stream<Item = Result<pb::ProduceResponse, Status>> + Send + 'static>>;
+
+    /// An append session: produce requests streamed in, answered in order, pipelined (see the
+    /// proto). Each request is authorized for its namespace.
+    async fn append_session(
+        &self,
+        request: Request<tonic::Streaming<pb::ProduceRequest>>,
+    ) -> Result<Response<Self::AppendSessionStream>, Status> {
+        use futures::StreamExt as _;
+        let authorization =
+            request.metadata().get("authorization").and_then(|v| v.to_str().ok()).map(str::to_owned);
+        let peer = request.extensions().get::<crate::listener::PeerAddr>().map(|p| p.0.ip());
+        let api = self.api.clone();
+        let handed_over = request.into_inner().then(move |message| {
+            let (api, authorization) = (api.clone(), authorization.clone());
+            async move {
+                let r = message.map_err(|s| {
+                    ApiError::new(ErrorKind::InvalidArgument, format!("append session: {}", s.message()))
+                })?;
+                api.admit(authorization.as_deref(), Some(&r.namespace), Permission::Write, peer)?;
+                let (input, options) = produce_parts(&r)?;
+                let target = PartitionRef {
+                    namespace: &r.namespace,
+                    stream: &r.stream,
+                    partition: r.partition as usize,
+                };
+                api.produce_pipelined(target, input, options).await
+            }
+        });
+        let answers = handed_over
+            .map(|handed| async move {
+                match handed {
+                    Ok(outcomes) => outcomes.await,
+                    Err(e) => Err(e),
+                }
+            })
+            .buffered(APPEND_SESSION_PIPELINE)
+            .map(|outcomes| outcomes.map(|o| produce_response_of(&o)).map_err(|e| status_of(&e)))
+            // The session ends at its first failure: later requests may have been appended
+            // already, and the client must know from where to resume.
+            .scan(false, |failed, answer| {
+                let end = *failed;
+                *failed |= answer.is_err();
+                futures::future::ready((!end).then_some(answer))
+            });
+        Ok(Response::new(Box::pin(answers)))
     }
 
     async fn fetch(&self, request: Request<pb::FetchRequest>) -> Result<Response<pb::FetchResponse>, Status> {

@@ -28,4 +28,4 @@ pub use config::{Backpressure, ConfigError, WriterConfig};
 pub use error::{AppendError, TrimError};
 pub use stats::{HistogramSnapshot, WriterStats};
 pub use trim::TrimOutcome;
-pub use writer::{AppendAck, AppendOptions, PublishGate, Writer, WriterDeps};
+pub use writer::{AppendAck, AppendOptions, PendingAppend, PublishGate, Writer, WriterDeps};

@@ -48,6 +48,23 @@ use crate::leases::{HeldLease, Leases};
 use crate::naming::wal_object_name;
 use crate::stats::{Counters, PutOutcome};
 
+/// A group of entries handed to the writer whose results are still to come.
+#[derive(Debug)]
+pub struct PendingAppend {
+    receivers: Vec<oneshot::Receiver<Result<AppendAck, AppendError>>>,
+}
+
+impl PendingAppend {
+    /// Each entry's result, in order, once the group is acknowledged or failed.
+    pub async fn acks(self) -> Vec<Result<AppendAck, AppendError>> {
+        let mut results = Vec::with_capacity(self.receivers.len());
+        for rx in self.receivers {
+            results.push(rx.await.unwrap_or(Err(AppendError::Closed)));
+        }
+        results
+    }
+}
+
 /// What an acknowledged append returns: where the entry landed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct AppendAck {
@@ -295,16 +312,23 @@ impl Writer {
     ) -> Vec<Result<AppendAck, AppendError>> {
         let entries: Vec<(Bytes, u32)> = entries.into_iter().collect();
         let count = entries.len();
-        match self.enqueue_group(log_id, entries, options).await {
-            Ok(receivers) => {
-                let mut results = Vec::with_capacity(count);
-                for rx in receivers {
-                    results.push(rx.await.unwrap_or(Err(AppendError::Closed)));
-                }
-                results
-            }
+        match self.enqueue_many_with(log_id, entries, options).await {
+            Ok(pending) => pending.acks().await,
             Err(e) => (0..count).map(|_| Err(e.clone())).collect(),
         }
+    }
+
+    /// [`Writer::append_many_with`] in two steps, for pipelining: returns once the group is
+    /// checked and handed to the batcher, which fixes its order among this writer's appends
+    /// to the log (groups handed over one after another commit in that order); the returned
+    /// [`PendingAppend`] resolves with the results.
+    pub async fn enqueue_many_with(
+        &self,
+        log_id: LogId,
+        entries: Vec<(Bytes, u32)>,
+        options: AppendOptions,
+    ) -> Result<PendingAppend, AppendError> {
+        Ok(PendingAppend { receivers: self.enqueue_group(log_id, entries, options).await? })
     }
 
     /// Validates a group of entries for one log, takes the in-flight bound for all of them at
