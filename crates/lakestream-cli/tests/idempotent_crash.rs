@@ -17,6 +17,8 @@ use base64::engine::general_purpose::STANDARD as BASE64;
 use serde_json::{Value, json};
 
 const BIN: &str = env!("CARGO_BIN_EXE_lakestream");
+/// How many times the server is killed.
+const KILLS: u64 = 12;
 const PARTITION: &str = "/v1/namespaces/default/streams/crashy/partitions/0";
 
 fn start(data: &Path, port: u16) -> Child {
@@ -70,13 +72,14 @@ fn an_idempotent_producer_retrying_through_kill_9_stores_every_entry_exactly_onc
         call(port, "POST", "/v1/namespaces/default/streams", &json!({ "name": "crashy" })).unwrap();
     assert_eq!(status, 201, "{body}");
 
-    // The killer: SIGKILL the server four times while the producer runs, restarting it each time.
+    // The killer: SIGKILL the server KILLS times while the producer runs, restarting it each time.
     let done_killing = Arc::new(AtomicBool::new(false));
     let killer = {
         let (server, done, data) = (server.clone(), done_killing.clone(), data.clone());
         std::thread::spawn(move || {
-            for round in 0..4u64 {
-                std::thread::sleep(Duration::from_millis(300 + 130 * round));
+            for round in 0..KILLS {
+                // Kill times spread over a request's life (about 5 to 40 ms here).
+                std::thread::sleep(Duration::from_millis(150 + (round * 37) % 60));
                 let mut child = server.lock().unwrap();
                 child.kill().unwrap(); // SIGKILL
                 child.wait().unwrap();
@@ -138,7 +141,7 @@ fn an_idempotent_producer_retrying_through_kill_9_stores_every_entry_exactly_onc
     assert_eq!(stored, want);
     let (_, offsets) = call(port, "GET", &format!("{PARTITION}/offsets"), &Value::Null).unwrap();
     assert_eq!(offsets["next_offset"], next_entry, "nothing beyond the acknowledged entries");
-    eprintln!("{request} requests, {next_entry} entries, {retries} retries through 4 kills");
+    eprintln!("{request} requests, {next_entry} entries, {retries} retries through {KILLS} kills");
     let mut child = server.lock().unwrap();
     let _ = child.kill();
     let _ = child.wait();
