@@ -520,6 +520,9 @@ async fn fetch(
     }
     let params = FetchParams { offset: q.offset, max_bytes: q.max_bytes, max_wait_ms: q.max_wait_ms };
     let batch = s.api.fetch(target, params).await?;
+    if accept.contains(RAW_ENTRIES) {
+        return Ok(raw_entries(&batch));
+    }
     let entries: Vec<_> = batch
         .entries
         .iter()
@@ -536,6 +539,31 @@ async fn fetch(
         StatusCode::OK,
         serde_json::json!({ "entries": entries, "next_offset": batch.next_offset, "trim_marker": batch.trim_marker }),
     ))
+}
+
+/// The content type of a fetch answered in raw frames (no Base64, no JSON): for throughput.
+pub const RAW_ENTRIES: &str = "application/vnd.lakestream.entries";
+
+/// A fetch's entries as raw frames, one per entry: offset (u64), record count (u32),
+/// timestamp in ms (i64), payload length (u32), all big-endian, then the payload bytes. The
+/// next offset and the trim marker are in the `lakestream-next-offset` and
+/// `lakestream-trim-marker` headers.
+fn raw_entries(batch: &lakestream_reader::ReadBatch) -> Response {
+    let size: usize = batch.entries.iter().map(|e| 24 + e.payload.len()).sum();
+    let mut body = Vec::with_capacity(size);
+    for e in &batch.entries {
+        body.extend_from_slice(&e.offset.to_be_bytes());
+        body.extend_from_slice(&e.record_count.to_be_bytes());
+        body.extend_from_slice(&e.timestamp_ms.to_be_bytes());
+        body.extend_from_slice(&u32::try_from(e.payload.len()).unwrap_or(u32::MAX).to_be_bytes());
+        body.extend_from_slice(&e.payload);
+    }
+    let mut response = (StatusCode::OK, body).into_response();
+    let headers = response.headers_mut();
+    headers.insert(header::CONTENT_TYPE, HeaderValue::from_static(RAW_ENTRIES));
+    headers.insert("lakestream-next-offset", HeaderValue::from(batch.next_offset));
+    headers.insert("lakestream-trim-marker", HeaderValue::from(batch.trim_marker));
+    response
 }
 
 /// A read session as Server-Sent Events: one `entry` event per entry, pushed as entries are

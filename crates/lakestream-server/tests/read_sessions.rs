@@ -217,9 +217,49 @@ async fn grpc_sessions(s: &Running) {
     assert_eq!(c.read_session(unknown).await.unwrap_err().code(), tonic::Code::NotFound);
 }
 
+/// A fetch answered in raw frames: binary payloads come back byte for byte, without Base64.
+async fn raw_fetch(s: &Running) {
+    let (status, body) =
+        post(&s.base, "/v1/namespaces/default/streams", json!({ "name": "rawbin", "partitions": 1 })).await;
+    assert_eq!(status, 201, "{body}");
+    let binary: Vec<u8> = vec![0xff, 0x00, 0x80, b'\n', 0xfe];
+    let entries = json!({ "entries": [
+        { "payload_base64": BASE64.encode(&binary), "record_count": 3 },
+        { "payload_base64": BASE64.encode(b"x") },
+    ] });
+    let (status, body) =
+        post(&s.base, "/v1/namespaces/default/streams/rawbin/partitions/0/entries", entries).await;
+    assert_eq!(status, 200, "{body}");
+    let host = s.base.trim_start_matches("http://");
+    let mut stream = tokio::net::TcpStream::connect(host).await.unwrap();
+    let head = format!(
+        "GET /v1/namespaces/default/streams/rawbin/partitions/0/entries?offset=0 HTTP/1.1\r\nhost: {host}\r\n\
+         accept: application/vnd.lakestream.entries\r\nconnection: close\r\n\r\n"
+    );
+    stream.write_all(head.as_bytes()).await.unwrap();
+    let mut raw = Vec::new();
+    stream.read_to_end(&mut raw).await.unwrap();
+    let split = raw.windows(4).position(|w| w == b"\r\n\r\n").unwrap();
+    let head = String::from_utf8_lossy(&raw[..split]).to_ascii_lowercase();
+    assert!(head.starts_with("http/1.1 200"), "{head}");
+    assert!(head.contains("content-type: application/vnd.lakestream.entries"), "{head}");
+    assert!(head.contains("lakestream-next-offset: 4"), "{head}");
+    let mut body = &raw[split + 4..];
+    let mut frames = Vec::new();
+    while !body.is_empty() {
+        let offset = u64::from_be_bytes(body[..8].try_into().unwrap());
+        let records = u32::from_be_bytes(body[8..12].try_into().unwrap());
+        let len = u32::from_be_bytes(body[20..24].try_into().unwrap()) as usize;
+        frames.push((offset, records, body[24..24 + len].to_vec()));
+        body = &body[24 + len..];
+    }
+    assert_eq!(frames, [(0, 3, binary), (3, 1, b"x".to_vec())]);
+}
+
 #[tokio::test]
 async fn read_sessions_push_entries_on_the_dev_stack() {
     let s = start(None).await;
+    raw_fetch(&s).await;
     sse_sessions(&s).await;
     grpc_sessions(&s).await;
     s.stop().await;
