@@ -25,7 +25,7 @@ use std::time::Instant;
 
 use axum::Router;
 use axum::extract::rejection::JsonRejection;
-use axum::extract::{DefaultBodyLimit, FromRequestParts as _, MatchedPath, Path, Query, State};
+use axum::extract::{DefaultBodyLimit, FromRequestParts, MatchedPath, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post, put};
@@ -122,7 +122,7 @@ async fn authorize(
         Ok(Path(params)) => params.get("ns").cloned(),
         // The handler would refuse the path too (say, a `%`-escape that is not UTF-8); no
         // namespace is named, so nothing can be reached.
-        Err(e) => return ApiError::invalid(format!("path: {}", e.body_text())).into_response(),
+        Err(e) => return e.into_response(),
     };
     let header = parts.headers.get(header::AUTHORIZATION).and_then(|v| v.to_str().ok());
     let peer = parts.extensions.get::<crate::listener::PeerAddr>().map(|p| p.0.ip());
@@ -220,6 +220,42 @@ where
     async fn from_request(req: axum::extract::Request, state: &S) -> Result<Self, Self::Rejection> {
         let axum::Json(v) = axum::Json::<T>::from_request(req, state).await?;
         Ok(Json(v))
+    }
+}
+
+/// Path parameters whose rejections become [`ApiError`]s (JSON, 400), not axum's plain text.
+struct Path<T>(T);
+
+impl<S, T> FromRequestParts<S> for Path<T>
+where
+    T: serde::de::DeserializeOwned + Send,
+    S: Send + Sync,
+{
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut axum::http::request::Parts, state: &S) -> Result<Self, ApiError> {
+        match axum::extract::Path::<T>::from_request_parts(parts, state).await {
+            Ok(axum::extract::Path(v)) => Ok(Path(v)),
+            Err(e) => Err(ApiError::invalid(format!("path: {}", e.body_text()))),
+        }
+    }
+}
+
+/// A query string whose rejections become [`ApiError`]s (JSON, 400), not axum's plain text.
+struct Query<T>(T);
+
+impl<S, T> FromRequestParts<S> for Query<T>
+where
+    T: serde::de::DeserializeOwned,
+    S: Send + Sync,
+{
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut axum::http::request::Parts, state: &S) -> Result<Self, ApiError> {
+        match axum::extract::Query::<T>::from_request_parts(parts, state).await {
+            Ok(axum::extract::Query(v)) => Ok(Query(v)),
+            Err(e) => Err(ApiError::invalid(format!("query: {}", e.body_text()))),
+        }
     }
 }
 

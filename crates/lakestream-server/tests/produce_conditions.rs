@@ -160,6 +160,9 @@ async fn conditional_appends_over_http(s: &Running) {
     )
     .await;
     assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+    // A malformed query is a JSON error like any other.
+    assert_eq!(body["error"]["code"], "invalid_argument", "{body}");
+    assert!(body["error"]["message"].as_str().unwrap().starts_with("query"), "{body}");
     let (status, body) = json_call(
         &s.base,
         "POST",
