@@ -86,6 +86,19 @@ install_python_tools() {
   "$PYENV_DIR/bin/pip" install --quiet --disable-pip-version-check -r "$(dirname "${BASH_SOURCE[0]}")/../tests/python/requirements.txt"
 }
 
+# schemathesis (PyPI), the contract test of docs/openapi.yaml against a running server, in a
+# virtual environment of its own (its dependencies would pin the other tools' versions).
+SCHEMATHESIS_VERSION=4.32.5
+SCHEMATHESIS_DIR="$LAKESTREAM_TOOLS/schemathesis-$SCHEMATHESIS_VERSION"
+install_schemathesis() {
+  if [ -x "$SCHEMATHESIS_DIR/bin/st" ]; then
+    return 0
+  fi
+  log "installing schemathesis $SCHEMATHESIS_VERSION into $SCHEMATHESIS_DIR"
+  python3 -m venv "$SCHEMATHESIS_DIR"
+  "$SCHEMATHESIS_DIR/bin/pip" install --quiet --disable-pip-version-check "schemathesis==$SCHEMATHESIS_VERSION"
+}
+
 # The npm `cloudevents` SDK for tests/node: `npm ci` from tests/node's committed lock into a
 # cache directory outside the clone (reinstalled when the lock changes); sets NODE_CE_DIR.
 NODE_CE_DIR="$LAKESTREAM_TOOLS/node-cloudevents"

@@ -18,6 +18,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         println!("cargo:rerun-if-changed={}", file.display());
     }
     let descriptors = protox::compile(&files[..1], [&proto_root])?;
+    // Served by gRPC server reflection (with its imports), so grpcurl needs no .proto files.
+    let out_dir = PathBuf::from(std::env::var("OUT_DIR")?);
+    std::fs::write(out_dir.join("lakestream_descriptor.bin"), prost::Message::encode_to_vec(&descriptors))?;
     tonic_prost_build::configure()
         .build_server(true)
         .build_client(true)

@@ -15,6 +15,8 @@
 //! | already exists | 409 | `ALREADY_EXISTS` | `conflict` |
 //! | conflict: fenced log, dropped stream | 409 | `FAILED_PRECONDITION` | `conflict` |
 //! | contended (a lost race; retry) | 409 | `ABORTED` | `conflict` |
+//! | out of sequence (an idempotent producer's gap or stale sequence) | 409 | `FAILED_PRECONDITION` | `out_of_sequence` |
+//! | precondition failed (a conditional append's expected next offset) | 412 | `FAILED_PRECONDITION` | `precondition_failed` |
 //! | too large | 413 | `RESOURCE_EXHAUSTED` | `too_large` |
 //! | unsupported media type | 415 | `INVALID_ARGUMENT` | `unsupported_media_type` |
 //! | over the client's rate limit | 429 + `Retry-After` | `RESOURCE_EXHAUSTED` + `retry-after` | `rate_limited` |
@@ -35,10 +37,12 @@ use bytes::Bytes;
 use lakestream_catalog::{CatalogError, Growth, Namespace, Page, Stream};
 use lakestream_format::{ErrorClass, LogRef};
 use lakestream_reader::{ReadBatch, ReadError, Reader};
-use lakestream_writer::{AppendAck, AppendError, TrimError, TrimOutcome, Writer};
+use lakestream_writer::{AppendAck, AppendError, AppendOptions, TrimError, TrimOutcome, Writer};
 
 use crate::auth::{Denied, Permission};
+use crate::groups::{CommittedOffset, GroupStore, OffsetCommit, PartitionLag};
 use crate::metrics::Metrics;
+use crate::producers::{self, Decision, ProducerSequence, RequestState, StateRecord};
 use crate::stack::Stack;
 
 /// What went wrong, coarsely: decides the HTTP status, the gRPC code and the stable code.
@@ -58,6 +62,12 @@ pub enum ErrorKind {
     Conflict,
     /// A lost race with a concurrent change; retrying may succeed.
     Contended,
+    /// An idempotent producer's sequence number is not the next one (a gap), or is an old
+    /// one whose offsets are no longer kept. Nothing was written.
+    OutOfSequence,
+    /// A conditional append's expected next offset is not the partition's next offset.
+    /// Nothing was written; the error carries the actual next offset.
+    PreconditionFailed,
     /// An entry or request over a size limit.
     TooLarge,
     /// A body whose content type the operation does not take.
@@ -90,7 +100,11 @@ impl ErrorKind {
             ErrorKind::Unauthenticated => StatusCode::UNAUTHORIZED,
             ErrorKind::PermissionDenied => StatusCode::FORBIDDEN,
             ErrorKind::NotFound => StatusCode::NOT_FOUND,
-            ErrorKind::AlreadyExists | ErrorKind::Conflict | ErrorKind::Contended => StatusCode::CONFLICT,
+            ErrorKind::AlreadyExists
+            | ErrorKind::Conflict
+            | ErrorKind::Contended
+            | ErrorKind::OutOfSequence => StatusCode::CONFLICT,
+            ErrorKind::PreconditionFailed => StatusCode::PRECONDITION_FAILED,
             ErrorKind::TooLarge => StatusCode::PAYLOAD_TOO_LARGE,
             ErrorKind::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             ErrorKind::RateLimited => StatusCode::TOO_MANY_REQUESTS,
@@ -113,7 +127,9 @@ impl ErrorKind {
             ErrorKind::PermissionDenied => tonic::Code::PermissionDenied,
             ErrorKind::NotFound => tonic::Code::NotFound,
             ErrorKind::AlreadyExists => tonic::Code::AlreadyExists,
-            ErrorKind::Conflict => tonic::Code::FailedPrecondition,
+            ErrorKind::Conflict | ErrorKind::OutOfSequence | ErrorKind::PreconditionFailed => {
+                tonic::Code::FailedPrecondition
+            }
             ErrorKind::Contended => tonic::Code::Aborted,
             ErrorKind::TooLarge | ErrorKind::RateLimited => tonic::Code::ResourceExhausted,
             ErrorKind::RoleNotServed | ErrorKind::NotImplemented => tonic::Code::Unimplemented,
@@ -134,6 +150,8 @@ impl ErrorKind {
             ErrorKind::PermissionDenied => "permission_denied",
             ErrorKind::NotFound => "not_found",
             ErrorKind::AlreadyExists | ErrorKind::Conflict | ErrorKind::Contended => "conflict",
+            ErrorKind::OutOfSequence => "out_of_sequence",
+            ErrorKind::PreconditionFailed => "precondition_failed",
             ErrorKind::TooLarge => "too_large",
             ErrorKind::UnsupportedMediaType => "unsupported_media_type",
             ErrorKind::RoleNotServed => "role_not_served",
@@ -175,12 +193,20 @@ impl ErrorKind {
 pub struct ApiError {
     kind: ErrorKind,
     message: String,
+    next_offset: Option<u64>,
 }
 
 impl ApiError {
     /// An error of `kind`.
     pub fn new(kind: ErrorKind, message: impl Into<String>) -> Self {
-        ApiError { kind, message: message.into() }
+        ApiError { kind, message: message.into(), next_offset: None }
+    }
+
+    /// The partition's actual next offset, for a failed conditional append
+    /// ([`ErrorKind::PreconditionFailed`]): HTTP `error.next_offset`, gRPC
+    /// `lakestream-next-offset` metadata.
+    pub fn next_offset(&self) -> Option<u64> {
+        self.next_offset
     }
 
     /// A malformed request; `message` should start with the field's name.
@@ -238,6 +264,11 @@ impl From<AppendError> for ApiError {
     fn from(e: AppendError) -> Self {
         let kind = match &e {
             AppendError::Backpressure => ErrorKind::Backpressure,
+            AppendError::OffsetMismatch { actual, .. } => {
+                let mut error = Self::new(ErrorKind::PreconditionFailed, e.to_string());
+                error.next_offset = Some(*actual);
+                return error;
+            }
             _ => ErrorKind::of_class(e.class()),
         };
         Self::new(kind, e.to_string())
@@ -312,6 +343,18 @@ pub enum ProduceInput {
     },
 }
 
+/// The conditions of a produce request ([`Api::produce_with`]).
+#[derive(Debug, Clone, Default)]
+pub struct ProduceOptions {
+    /// A conditional append: append only if the partition's next offset is this one, else
+    /// fail with [`ErrorKind::PreconditionFailed`] carrying the actual next offset, having
+    /// written nothing. Linearizable with every append made through the same writer process
+    /// (see [`lakestream_writer::AppendOptions::expect_next_offset`]).
+    pub expect_next_offset: Option<u64>,
+    /// An idempotent producer's id and sequence (see [`crate::producers`]).
+    pub producer: Option<ProducerSequence>,
+}
+
 /// Why one entry of a produce request failed.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct EntryError {
@@ -355,7 +398,13 @@ pub struct Api {
     max_fetch_wait: Duration,
     /// Set when a graceful shutdown starts: readiness fails from then on.
     draining: Arc<std::sync::atomic::AtomicBool>,
+    /// Requests of one idempotent producer to one partition run one at a time in a process:
+    /// each takes the lock its (log, producer) hashes to.
+    producer_locks: Arc<Vec<tokio::sync::Mutex<()>>>,
 }
+
+/// How many locks the idempotent producers' requests share.
+const PRODUCER_LOCKS: usize = 64;
 
 /// How long a readiness check waits for the metadata store and the object stores.
 pub const READINESS_TIMEOUT: Duration = Duration::from_secs(5);
@@ -366,7 +415,8 @@ const READINESS_PROBE_PREFIX: &str = "lakestream-readyz-probe/";
 impl Api {
     /// The operations over `stack`; fetches may wait at most `max_fetch_wait`.
     pub fn new(stack: Stack, metrics: Arc<Metrics>, max_fetch_wait: Duration) -> Self {
-        Api { stack, metrics, max_fetch_wait, draining: Arc::default() }
+        let producer_locks = Arc::new((0..PRODUCER_LOCKS).map(|_| tokio::sync::Mutex::new(())).collect());
+        Api { stack, metrics, max_fetch_wait, draining: Arc::default(), producer_locks }
     }
 
     /// The stack.
@@ -644,6 +694,33 @@ impl Api {
         target: PartitionRef<'_>,
         input: ProduceInput,
     ) -> ApiResult<Vec<EntryOutcome>> {
+        self.produce_with(target, input, ProduceOptions::default()).await
+    }
+
+    /// [`Api::produce`] under conditions: an expected next offset and an idempotent
+    /// producer's sequence. A request's entries commit all or none, so with conditions a
+    /// refusal is the whole answer.
+    pub async fn produce_with(
+        &self,
+        target: PartitionRef<'_>,
+        input: ProduceInput,
+        options: ProduceOptions,
+    ) -> ApiResult<Vec<EntryOutcome>> {
+        self.produce_pipelined(target, input, options).await?.await
+    }
+
+    /// [`Api::produce_with`] in two steps, for pipelining: the call returns once the request
+    /// is checked and handed to the writer (its place in the partition's order is then fixed),
+    /// and the future it returns resolves with the outcomes. Requests to one partition handed
+    /// over one after another commit in that order. An idempotent producer's request is
+    /// completed before the call returns.
+    pub async fn produce_pipelined(
+        &self,
+        target: PartitionRef<'_>,
+        input: ProduceInput,
+        options: ProduceOptions,
+    ) -> ApiResult<futures::future::BoxFuture<'static, ApiResult<Vec<EntryOutcome>>>> {
+        use futures::FutureExt as _;
         let log = self.log_of(target).await?;
         let w = self.writer()?;
         let entries = match input {
@@ -680,32 +757,133 @@ impl Api {
         }
         let started = Instant::now();
         let lens: Vec<usize> = entries.iter().map(|(p, _)| p.len()).collect();
-        let results = w.append_many(log.log_id, entries).await;
-        let m = &self.metrics;
-        let mut outcomes = Vec::with_capacity(results.len());
-        for (result, len) in results.into_iter().zip(lens) {
-            outcomes.push(match result {
-                Ok(ack) => {
-                    m.appended_entries.fetch_add(1, Ordering::Relaxed);
-                    m.appended_bytes.fetch_add(len as u64, Ordering::Relaxed);
-                    m.append_latency.observe(started.elapsed());
-                    Ok(ack)
-                }
-                Err(e) => {
-                    m.append_errors.fetch_add(1, Ordering::Relaxed);
-                    if e.class() == ErrorClass::OutcomeUnknown {
-                        m.append_unknown.fetch_add(1, Ordering::Relaxed);
+        let metrics = self.metrics.clone();
+        let results = match options.producer {
+            None => {
+                let conditions =
+                    AppendOptions { expect_next_offset: options.expect_next_offset, before_publish: None };
+                let count = entries.len();
+                return Ok(match w.enqueue_many_with(log.log_id, entries, conditions).await {
+                    Ok(pending) => {
+                        async move { outcomes_of(&metrics, pending.acks().await, lens, started) }.boxed()
                     }
-                    Err(EntryError { class: e.class(), error: e.into() })
+                    Err(e) => {
+                        let results = (0..count).map(|_| Err(e.clone())).collect();
+                        futures::future::ready(outcomes_of(&metrics, results, lens, started)).boxed()
+                    }
+                });
+            }
+            Some(producer) => {
+                // Run to the end even if the caller goes away, so that a retry (which waits
+                // for the producer's lock) never overtakes the request it retries.
+                let api = self.clone();
+                let expect = options.expect_next_offset;
+                let task = tokio::spawn(async move {
+                    api.produce_idempotent(log.log_id, entries, expect, producer).await
+                });
+                match task.await {
+                    Ok(Ok(Ok(acks))) => {
+                        // A retry of an appended request: nothing was appended now.
+                        self.metrics.producer_duplicates.fetch_add(1, Ordering::Relaxed);
+                        return Ok(futures::future::ready(Ok(acks.into_iter().map(Ok).collect())).boxed());
+                    }
+                    Ok(Ok(Err(results))) => results,
+                    Ok(Err(e)) => return Err(e),
+                    Err(e) => return Err(ApiError::new(ErrorKind::Internal, format!("produce task: {e}"))),
                 }
-            });
-        }
-        if outcomes.iter().all(Result::is_err)
-            && let Some(Err(first)) = outcomes.first()
+            }
+        };
+        Ok(futures::future::ready(outcomes_of(&metrics, results, lens, started)).boxed())
+    }
+
+    /// An idempotent producer's request (see [`crate::producers`]): `Ok(acks)` for a retry of
+    /// an appended request, `Err(results)` for the results of a new append.
+    async fn produce_idempotent(
+        &self,
+        log_id: lakestream_format::LogId,
+        entries: Vec<(Bytes, u32)>,
+        expect_next_offset: Option<u64>,
+        producer: ProducerSequence,
+    ) -> ApiResult<Result<Vec<AppendAck>, Vec<Result<AppendAck, AppendError>>>> {
+        use std::hash::{Hash, Hasher};
+        let w = self.writer()?;
+        let mut hasher = std::collections::hash_map::DefaultHasher::new();
+        (log_id, &producer.id).hash(&mut hasher);
+        let _serial = self.producer_locks[(hasher.finish() as usize) % PRODUCER_LOCKS].lock().await;
+        let record = StateRecord::new(self.stack.meta.clone(), log_id, &producer.id);
+        let (mut state, mut version) = record.read().await?;
+        // Resolve a request whose outcome is unknown.
+        if let Some(last) = state.last.clone()
+            && let RequestState::Pending { tail_before, object } = last.state
         {
-            return Err(first.error.clone());
+            let found = match &object {
+                Some(object) => record.find_published(tail_before, object).await?,
+                None => None,
+            };
+            state.last = match found {
+                Some((first_offset, end_offset, timestamp_ms)) => {
+                    state.next_sequence = last.sequence + u64::from(last.entries);
+                    Some(producers::LastRequest {
+                        state: RequestState::Done { first_offset, end_offset, timestamp_ms },
+                        ..last
+                    })
+                }
+                None => None,
+            };
+            version = Some(record.write(&state, version).await?);
         }
-        Ok(outcomes)
+        let record_counts: Vec<u32> = entries.iter().map(|(_, n)| *n).collect();
+        match producers::decide(log_id, &state, producer.sequence, &record_counts)? {
+            Decision::Duplicate(acks) => return Ok(Ok(acks)),
+            Decision::Append => {}
+        }
+        let tail_before = w.next_offset(log_id).await?;
+        let count = u32::try_from(entries.len()).unwrap_or(u32::MAX);
+        let mut pending = producers::pending(&state, producer.sequence, count, tail_before);
+        let pending_version = record.write(&pending, version).await?;
+        // Just before the index put: record the WAL object in the pending state, so that a
+        // retry after a crash can tell whether the put was made.
+        let gate_version = Arc::new(std::sync::Mutex::new(None));
+        let gate = {
+            let (record, gate_version, mut pending) = (record.clone(), gate_version.clone(), pending.clone());
+            Box::new(move |object: String| -> futures::future::BoxFuture<'static, Result<(), AppendError>> {
+                Box::pin(async move {
+                    if let Some(producers::LastRequest {
+                        state: RequestState::Pending { object: slot, .. },
+                        ..
+                    }) = pending.last.as_mut()
+                    {
+                        *slot = Some(object);
+                    }
+                    let v = record
+                        .write(&pending, Some(pending_version))
+                        .await
+                        .map_err(|e| producers::gate_refusal(log_id, &e))?;
+                    *gate_version.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = Some(v);
+                    Ok(())
+                })
+            })
+        };
+        let conditions = AppendOptions { expect_next_offset, before_publish: Some(gate) };
+        let results = w.append_many_with(log_id, entries, conditions).await;
+        let first = results.first().and_then(|r| r.as_ref().ok()).map(|a| (a.offset, a.timestamp_ms));
+        let end = results.last().and_then(|r| r.as_ref().ok()).map(AppendAck::end_offset);
+        let written = *gate_version.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let (Some((first_offset, timestamp_ms)), Some(end_offset), Some(v)) = (first, end, written) {
+            pending.next_sequence = producer.sequence + u64::from(count);
+            pending.last = Some(producers::LastRequest {
+                sequence: producer.sequence,
+                entries: count,
+                state: RequestState::Done { first_offset, end_offset, timestamp_ms },
+            });
+            // The entries are appended whatever this write's outcome: left pending, the next
+            // request of the producer resolves them from the index.
+            if let Err(e) = record.write(&pending, Some(v)).await {
+                tracing::warn!(log_id = %log_id, producer = producer.id.as_str(), error = %e,
+                    "recording an idempotent producer's acknowledged request failed; the next request resolves it");
+            }
+        }
+        Ok(Err(results))
     }
 
     /// Reads whole entries of a partition from an offset.
@@ -733,6 +911,59 @@ impl Api {
         Ok(batch)
     }
 
+    /// A read session: batches of whole entries of a partition from `offset`, each at most
+    /// about `max_bytes` of payload (default [`DEFAULT_FETCH_BYTES`]), waiting at the end of
+    /// the partition for new entries for as long as the caller keeps polling. Empty reads are
+    /// not yielded. The stream ends after yielding an error (a dropped stream, say).
+    ///
+    /// Flow control: the next batch is read only when the caller polls for it, so a session
+    /// holds at most one batch in memory beyond what its transport buffers; a slow client
+    /// slows its session down (HTTP/2 and TCP windows) instead of growing a queue.
+    pub async fn read_session(
+        &self,
+        target: PartitionRef<'_>,
+        offset: u64,
+        max_bytes: Option<usize>,
+    ) -> ApiResult<futures::stream::BoxStream<'static, ApiResult<ReadBatch>>> {
+        use futures::StreamExt as _;
+        let log = self.log_of(target).await?;
+        self.reader()?;
+        let max_bytes = max_bytes.unwrap_or(DEFAULT_FETCH_BYTES);
+        if max_bytes == 0 {
+            return Err(ApiError::invalid("max_bytes: must be at least 1"));
+        }
+        // Each read waits at most this long at the end of the partition before it reads again.
+        let wait = self.max_fetch_wait.max(Duration::from_millis(1));
+        let api = self.clone();
+        let batches = futures::stream::unfold(Some(offset), move |next| {
+            let (api, log) = (api.clone(), log.clone());
+            async move {
+                let mut offset = next?;
+                loop {
+                    let reader = match api.reader() {
+                        Ok(r) => r,
+                        Err(e) => return Some((Err(e), None)),
+                    };
+                    let started = Instant::now();
+                    match reader.read(&log, offset, max_bytes, wait).await {
+                        Ok(batch) if batch.entries.is_empty() => offset = batch.next_offset.max(offset),
+                        Ok(batch) => {
+                            let m = &api.metrics;
+                            m.fetch_latency.observe(started.elapsed());
+                            m.fetched_entries.fetch_add(batch.entries.len() as u64, Ordering::Relaxed);
+                            let bytes: usize = batch.entries.iter().map(|e| e.payload.len()).sum();
+                            m.fetched_bytes.fetch_add(bytes as u64, Ordering::Relaxed);
+                            let next = batch.next_offset;
+                            return Some((Ok(batch), Some(next)));
+                        }
+                        Err(e) => return Some((Err(e.into()), None)),
+                    }
+                }
+            }
+        });
+        Ok(batches.boxed())
+    }
+
     /// A partition's first and next offsets and trim marker.
     pub async fn offsets(&self, target: PartitionRef<'_>) -> ApiResult<Offsets> {
         let log = self.log_of(target).await?;
@@ -748,6 +979,130 @@ impl Api {
     pub async fn trim(&self, target: PartitionRef<'_>, through: u64) -> ApiResult<TrimOutcome> {
         let log = self.log_of(target).await?;
         Ok(self.writer()?.soft_trim(log.log_id, through).await?)
+    }
+}
+
+impl Api {
+    /// Commits a consumer group's offset on a partition (see [`crate::groups`] for the rule:
+    /// a stale generation, or a lower offset in the same generation, is refused with
+    /// [`ErrorKind::Conflict`] and nothing is written). The offset may not exceed the
+    /// partition's next offset. Records the group's lag in the metrics.
+    pub async fn commit_offset(
+        &self,
+        group: &str,
+        target: PartitionRef<'_>,
+        commit: OffsetCommit,
+    ) -> ApiResult<CommittedOffset> {
+        crate::groups::check_group_id(group)?;
+        let log = self.log_of(target).await?;
+        let next = self.reader()?.next_offset(log.log_id).await?;
+        if commit.offset > next {
+            return Err(ApiError::invalid(format!(
+                "offset: {} is beyond the partition's next offset {next}",
+                commit.offset
+            )));
+        }
+        let committed = GroupStore::new(self.stack.meta.as_ref())
+            .commit(target.namespace, group, target.stream, target.partition, log.log_id, &commit)
+            .await?;
+        self.metrics.group_lag.record(
+            target.namespace,
+            group,
+            target.stream,
+            target.partition,
+            next.saturating_sub(committed.offset),
+        );
+        Ok(committed)
+    }
+
+    /// A group's committed offsets and lag on every partition of a stream. A group that has
+    /// committed nothing in the namespace is [`ErrorKind::NotFound`].
+    pub async fn group_offsets(
+        &self,
+        namespace: &str,
+        group: &str,
+        stream: &str,
+    ) -> ApiResult<Vec<PartitionLag>> {
+        let store = GroupStore::new(self.stack.meta.as_ref());
+        if !store.exists(namespace, group).await? {
+            return Err(ApiError::new(
+                ErrorKind::NotFound,
+                format!("group {group} has committed no offsets in namespace {namespace}"),
+            ));
+        }
+        let s = self.stack.catalog.get_stream(namespace, stream).await?;
+        let reader = self.reader()?;
+        let mut partitions = Vec::with_capacity(s.partition_count());
+        for partition in 0..s.partition_count() {
+            let Some(log) = s.log_ref(partition) else { continue };
+            let committed = store.committed(namespace, group, log.log_id).await?;
+            let next_offset = reader.next_offset(log.log_id).await?;
+            let lag = next_offset.saturating_sub(committed.as_ref().map_or(0, |c| c.offset));
+            self.metrics.group_lag.record(namespace, group, stream, partition, lag);
+            partitions.push(PartitionLag { partition, committed, next_offset, lag });
+        }
+        Ok(partitions)
+    }
+
+    /// The groups of a namespace after `after`, at most `limit` (default [`DEFAULT_PAGE`]).
+    pub async fn list_groups(
+        &self,
+        namespace: &str,
+        after: Option<&str>,
+        limit: Option<usize>,
+    ) -> ApiResult<Page<String>> {
+        let limit = page_limit(limit)?;
+        self.stack.catalog.get_namespace(namespace).await?;
+        let (items, more) = GroupStore::new(self.stack.meta.as_ref()).list(namespace, after, limit).await?;
+        let next_page = if more { items.last().cloned() } else { None };
+        Ok(Page { items, next_page })
+    }
+}
+
+/// Records the append metrics of a request's results and turns them into its answer: every
+/// entry's outcome, or the first error when every entry failed.
+fn outcomes_of(
+    m: &Metrics,
+    results: Vec<Result<AppendAck, AppendError>>,
+    lens: Vec<usize>,
+    started: Instant,
+) -> ApiResult<Vec<EntryOutcome>> {
+    let mut outcomes = Vec::with_capacity(results.len());
+    for (result, len) in results.into_iter().zip(lens) {
+        outcomes.push(match result {
+            Ok(ack) => {
+                m.appended_entries.fetch_add(1, Ordering::Relaxed);
+                m.appended_bytes.fetch_add(len as u64, Ordering::Relaxed);
+                m.append_latency.observe(started.elapsed());
+                Ok(ack)
+            }
+            Err(e) => {
+                m.append_errors.fetch_add(1, Ordering::Relaxed);
+                if e.class() == ErrorClass::OutcomeUnknown {
+                    m.append_unknown.fetch_add(1, Ordering::Relaxed);
+                }
+                Err(EntryError { class: e.class(), error: e.into() })
+            }
+        });
+    }
+    if outcomes.iter().all(Result::is_err)
+        && let Some(Err(first)) = outcomes.first()
+    {
+        return Err(first.error.clone());
+    }
+    Ok(outcomes)
+}
+
+/// An idempotent producer's part of a request, from its two fields (an empty id counts as
+/// none): both or neither must be given.
+pub fn producer_of(id: Option<&str>, sequence: Option<u64>) -> ApiResult<Option<ProducerSequence>> {
+    match (id.filter(|id| !id.is_empty()), sequence) {
+        (None, None) => Ok(None),
+        (Some(id), Some(sequence)) => {
+            Ok(Some(ProducerSequence { id: producers::ProducerId::parse(id)?, sequence }))
+        }
+        (Some(_), None) => Err(ApiError::invalid("producer_sequence: required with producer_id")),
+        (None, Some(_)) => Err(ApiError::invalid("producer_id: required with producer_sequence")),
     }
 }
 
@@ -773,6 +1128,8 @@ mod tests {
             ErrorKind::AlreadyExists,
             ErrorKind::Conflict,
             ErrorKind::Contended,
+            ErrorKind::OutOfSequence,
+            ErrorKind::PreconditionFailed,
             ErrorKind::TooLarge,
             ErrorKind::UnsupportedMediaType,
             ErrorKind::RoleNotServed,

@@ -190,6 +190,8 @@ pub fn required(method: &axum::http::Method, route: &str) -> Option<Permission> 
     }
     let read_or = |p: Permission| if method == axum::http::Method::GET { Permission::Read } else { p };
     let permission = match (parts.get(3), parts.get(5), parts.get(7)) {
+        // …/groups…: consumers list groups, read and commit their offsets with read access.
+        (Some(&"groups"), _, _) => Permission::Read,
         // …/partitions/{p}/entries|offsets|trim|events: produce and trim write; reads read.
         (Some(&"streams"), Some(&"partitions"), Some(&"trim")) => Permission::Write,
         (Some(&"streams"), Some(&"partitions"), Some(_)) => read_or(Permission::Write),

@@ -62,6 +62,12 @@ pub use proto::lakestream::v1 as pb;
 /// The metadata key of the stable error code.
 pub const ERROR_CODE: &str = "lakestream-error-code";
 
+/// The encoded descriptor set of `lakestream.v1` and its imports, for server reflection.
+const DESCRIPTOR_SET: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/lakestream_descriptor.bin"));
+
+/// The metadata key of a failed conditional append's actual next offset.
+pub const NEXT_OFFSET: &str = "lakestream-next-offset";
+
 /// The gRPC service over the service layer.
 #[derive(Debug, Clone)]
 pub struct GrpcService {
@@ -124,7 +130,83 @@ pub fn status_of(e: &ApiError) -> Status {
     if let Some(secs) = e.kind().retry_after_secs() {
         metadata.insert("retry-after", MetadataValue::from(secs));
     }
+    if let Some(next) = e.next_offset() {
+        metadata.insert(NEXT_OFFSET, MetadataValue::from(next));
+    }
     Status::with_metadata(e.grpc_code(), e.message(), metadata)
+}
+
+/// How many requests of an append session may be in flight (handed to the writer and not yet
+/// answered) at once.
+pub const APPEND_SESSION_PIPELINE: usize = 64;
+
+/// A produce request's input and conditions.
+fn produce_parts(r: &pb::ProduceRequest) -> ApiResult<(ProduceInput, crate::api::ProduceOptions)> {
+    let input = if r.kafka_batches {
+        match &r.entries[..] {
+            [e] => ProduceInput::KafkaBatches { payload: e.payload.clone(), record_count: e.record_count },
+            _ => {
+                return Err(ApiError::invalid(
+                    "entries: with kafka_batches, give exactly one entry holding the batches",
+                ));
+            }
+        }
+    } else {
+        ProduceInput::Entries(
+            r.entries.iter().map(|e| (e.payload.clone(), e.record_count.unwrap_or(1))).collect(),
+        )
+    };
+    let options = crate::api::ProduceOptions {
+        expect_next_offset: r.expected_next_offset,
+        producer: crate::api::producer_of(Some(&r.producer_id), r.producer_sequence)?,
+    };
+    Ok((input, options))
+}
+
+fn produce_response_of(outcomes: &[crate::api::EntryOutcome]) -> pb::ProduceResponse {
+    use pb::produce_result::Result as Outcome;
+    let results = outcomes
+        .iter()
+        .map(|o| pb::ProduceResult {
+            result: Some(match o {
+                Ok(ack) => Outcome::Appended(appended(ack)),
+                Err(e) => Outcome::Error(pb::EntryError {
+                    class: format!("{:?}", e.class),
+                    message: e.error.message().to_owned(),
+                    code: e.error.code().to_owned(),
+                }),
+            }),
+        })
+        .collect();
+    pb::ProduceResponse { results }
+}
+
+fn fetch_response_of(batch: lakestream_reader::ReadBatch) -> pb::FetchResponse {
+    pb::FetchResponse {
+        entries: batch
+            .entries
+            .into_iter()
+            .map(|e| pb::Entry {
+                offset: e.offset,
+                record_count: e.record_count,
+                timestamp_ms: e.timestamp_ms,
+                payload: e.payload,
+            })
+            .collect(),
+        next_offset: batch.next_offset,
+        trim_marker: batch.trim_marker,
+    }
+}
+
+fn committed_of(c: crate::groups::CommittedOffset) -> pb::CommittedOffset {
+    pb::CommittedOffset {
+        stream: c.stream,
+        partition: u32::try_from(c.partition).unwrap_or(u32::MAX),
+        offset: c.offset,
+        generation: c.generation,
+        metadata: c.metadata,
+        committed_ms: c.committed_ms,
+    }
 }
 
 fn stream_of(s: lakestream_catalog::Stream) -> pb::Stream {
@@ -280,52 +362,70 @@ impl Lakestream for GrpcService {
         &self,
         request: Request<pb::ProduceRequest>,
     ) -> Result<Response<pb::ProduceResponse>, Status> {
-        use pb::produce_result::Result as Outcome;
         self.call(
             "Produce",
             request,
             |r| (ns(&r.namespace), Permission::Write),
             |api, r| async move {
-                let input = if r.kafka_batches {
-                    let mut entries = r.entries.into_iter();
-                    match (entries.next(), entries.next()) {
-                        (Some(e), None) => {
-                            ProduceInput::KafkaBatches { payload: e.payload, record_count: e.record_count }
-                        }
-                        _ => {
-                            return Err(ApiError::invalid(
-                                "entries: with kafka_batches, give exactly one entry holding the batches",
-                            ));
-                        }
-                    }
-                } else {
-                    ProduceInput::Entries(
-                        r.entries.into_iter().map(|e| (e.payload, e.record_count.unwrap_or(1))).collect(),
-                    )
-                };
+                let (input, options) = produce_parts(&r)?;
                 let target = PartitionRef {
                     namespace: &r.namespace,
                     stream: &r.stream,
                     partition: r.partition as usize,
                 };
-                let outcomes = api.produce(target, input).await?;
-                let results = outcomes
-                    .iter()
-                    .map(|o| pb::ProduceResult {
-                        result: Some(match o {
-                            Ok(ack) => Outcome::Appended(appended(ack)),
-                            Err(e) => Outcome::Error(pb::EntryError {
-                                class: format!("{:?}", e.class),
-                                message: e.error.message().to_owned(),
-                                code: e.error.code().to_owned(),
-                            }),
-                        }),
-                    })
-                    .collect();
-                Ok(pb::ProduceResponse { results })
+                Ok(produce_response_of(&api.produce_with(target, input, options).await?))
             },
         )
         .await
+    }
+
+    type AppendSessionStream =
+        Pin<Box<dyn futures::Stream<Item = Result<pb::ProduceResponse, Status>> + Send + 'static>>;
+
+    /// An append session: produce requests streamed in, answered in order, pipelined (see the
+    /// proto). Each request is authorized for its namespace.
+    async fn append_session(
+        &self,
+        request: Request<tonic::Streaming<pb::ProduceRequest>>,
+    ) -> Result<Response<Self::AppendSessionStream>, Status> {
+        use futures::StreamExt as _;
+        let authorization =
+            request.metadata().get("authorization").and_then(|v| v.to_str().ok()).map(str::to_owned);
+        let peer = request.extensions().get::<crate::listener::PeerAddr>().map(|p| p.0.ip());
+        let api = self.api.clone();
+        let handed_over = request.into_inner().then(move |message| {
+            let (api, authorization) = (api.clone(), authorization.clone());
+            async move {
+                let r = message.map_err(|s| {
+                    ApiError::new(ErrorKind::InvalidArgument, format!("append session: {}", s.message()))
+                })?;
+                api.admit(authorization.as_deref(), Some(&r.namespace), Permission::Write, peer)?;
+                let (input, options) = produce_parts(&r)?;
+                let target = PartitionRef {
+                    namespace: &r.namespace,
+                    stream: &r.stream,
+                    partition: r.partition as usize,
+                };
+                api.produce_pipelined(target, input, options).await
+            }
+        });
+        let answers = handed_over
+            .map(|handed| async move {
+                match handed {
+                    Ok(outcomes) => outcomes.await,
+                    Err(e) => Err(e),
+                }
+            })
+            .buffered(APPEND_SESSION_PIPELINE)
+            .map(|outcomes| outcomes.map(|o| produce_response_of(&o)).map_err(|e| status_of(&e)))
+            // The session ends at its first failure: later requests may have been appended
+            // already, and the client must know from where to resume.
+            .scan(false, |failed, answer| {
+                let end = *failed;
+                *failed |= answer.is_err();
+                futures::future::ready((!end).then_some(answer))
+            });
+        Ok(Response::new(Box::pin(answers)))
     }
 
     async fn fetch(&self, request: Request<pb::FetchRequest>) -> Result<Response<pb::FetchResponse>, Status> {
@@ -345,21 +445,34 @@ impl Lakestream for GrpcService {
                     max_bytes: r.max_bytes.map(|b| usize::try_from(b).unwrap_or(usize::MAX)),
                     max_wait_ms: r.max_wait_ms,
                 };
-                let batch = api.fetch(target, params).await?;
-                Ok(pb::FetchResponse {
-                    entries: batch
-                        .entries
-                        .into_iter()
-                        .map(|e| pb::Entry {
-                            offset: e.offset,
-                            record_count: e.record_count,
-                            timestamp_ms: e.timestamp_ms,
-                            payload: e.payload,
-                        })
-                        .collect(),
-                    next_offset: batch.next_offset,
-                    trim_marker: batch.trim_marker,
-                })
+                Ok(fetch_response_of(api.fetch(target, params).await?))
+            },
+        )
+        .await
+    }
+
+    type ReadSessionStream =
+        Pin<Box<dyn futures::Stream<Item = Result<pb::FetchResponse, Status>> + Send + 'static>>;
+
+    async fn read_session(
+        &self,
+        request: Request<pb::ReadSessionRequest>,
+    ) -> Result<Response<Self::ReadSessionStream>, Status> {
+        use futures::StreamExt as _;
+        self.call(
+            "ReadSession",
+            request,
+            |r| (ns(&r.namespace), Permission::Read),
+            |api, r| async move {
+                let target = PartitionRef {
+                    namespace: &r.namespace,
+                    stream: &r.stream,
+                    partition: r.partition as usize,
+                };
+                let max_bytes = r.max_bytes.map(|b| usize::try_from(b).unwrap_or(usize::MAX));
+                let batches = api.read_session(target, r.offset, max_bytes).await?;
+                let responses = batches.map(|b| b.map(fetch_response_of).map_err(|e| status_of(&e)));
+                Ok(Box::pin(responses) as Self::ReadSessionStream)
             },
         )
         .await
@@ -385,6 +498,73 @@ impl Lakestream for GrpcService {
                     next_offset: o.next_offset,
                     trim_marker: o.trim_marker,
                 })
+            },
+        )
+        .await
+    }
+
+    async fn commit_offset(
+        &self,
+        request: Request<pb::CommitOffsetRequest>,
+    ) -> Result<Response<pb::CommittedOffset>, Status> {
+        self.call(
+            "CommitOffset",
+            request,
+            |r| (ns(&r.namespace), Permission::Read),
+            |api, r| async move {
+                let target = PartitionRef {
+                    namespace: &r.namespace,
+                    stream: &r.stream,
+                    partition: r.partition as usize,
+                };
+                let commit = crate::groups::OffsetCommit {
+                    offset: r.offset,
+                    generation: r.generation,
+                    metadata: r.metadata,
+                };
+                Ok(committed_of(api.commit_offset(&r.group, target, commit).await?))
+            },
+        )
+        .await
+    }
+
+    async fn get_group_offsets(
+        &self,
+        request: Request<pb::GetGroupOffsetsRequest>,
+    ) -> Result<Response<pb::GetGroupOffsetsResponse>, Status> {
+        self.call(
+            "GetGroupOffsets",
+            request,
+            |r| (ns(&r.namespace), Permission::Read),
+            |api, r| async move {
+                let partitions = api
+                    .group_offsets(&r.namespace, &r.group, &r.stream)
+                    .await?
+                    .into_iter()
+                    .map(|p| pb::PartitionLag {
+                        partition: u32::try_from(p.partition).unwrap_or(u32::MAX),
+                        committed: p.committed.map(committed_of),
+                        next_offset: p.next_offset,
+                        lag: p.lag,
+                    })
+                    .collect();
+                Ok(pb::GetGroupOffsetsResponse { partitions })
+            },
+        )
+        .await
+    }
+
+    async fn list_groups(
+        &self,
+        request: Request<pb::ListGroupsRequest>,
+    ) -> Result<Response<pb::ListGroupsResponse>, Status> {
+        self.call(
+            "ListGroups",
+            request,
+            |r| (ns(&r.namespace), Permission::Read),
+            |api, r| async move {
+                let page = api.list_groups(&r.namespace, r.after.as_deref(), limit(r.limit)).await?;
+                Ok(pb::ListGroupsResponse { groups: page.items, next_page: page.next_page })
             },
         )
         .await
@@ -473,7 +653,25 @@ pub async fn serve(
 ) {
     let metrics = api.metrics().clone();
     let stats = metrics.grpc_connections.clone();
-    let routes = tonic::service::Routes::new(GrpcService::new(api).into_server(config.max_message_bytes));
+    // The standard health service (`grpc.health.v1`, for grpc_health_probe and load
+    // balancers): SERVING for the whole server ("") and for the Lakestream service.
+    let (health, health_service) = tonic_health::server::health_reporter();
+    health.set_serving::<pb::lakestream_server::LakestreamServer<GrpcService>>().await;
+    // Server reflection (`grpc.reflection.v1` and `v1alpha`), so grpcurl needs no .proto files.
+    let reflection = tonic_reflection::server::Builder::configure()
+        .register_encoded_file_descriptor_set(DESCRIPTOR_SET)
+        .build_v1();
+    let reflection_alpha = tonic_reflection::server::Builder::configure()
+        .register_encoded_file_descriptor_set(DESCRIPTOR_SET)
+        .build_v1alpha();
+    let mut routes = tonic::service::Routes::new(GrpcService::new(api).into_server(config.max_message_bytes))
+        .add_service(health_service);
+    match (reflection, reflection_alpha) {
+        (Ok(v1), Ok(v1alpha)) => routes = routes.add_service(v1).add_service(v1alpha),
+        (Err(e), _) | (_, Err(e)) => {
+            tracing::error!(error = %e, "gRPC reflection is not served: its descriptor set is invalid")
+        }
+    }
     let edge = Edge { inner: routes, metrics };
     crate::listener::serve_connections(listener, tls, edge, limits, stats, shutdown).await
 }

@@ -14,6 +14,9 @@
 //! | GET | `…/partitions/{p}/entries` | fetch entries from an offset |
 //! | GET | `…/partitions/{p}/offsets` | first and next offsets, trim marker |
 //! | POST | `…/partitions/{p}/trim` | soft trim |
+//! | GET | `/v1/namespaces/{ns}/groups` | list the namespace's consumer groups |
+//! | GET | `/v1/namespaces/{ns}/groups/{group}/streams/{stream}` | a group's committed offsets and lag per partition |
+//! | PUT | `/v1/namespaces/{ns}/groups/{group}/streams/{stream}/partitions/{p}` | commit a group's offset |
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -22,10 +25,10 @@ use std::time::Instant;
 
 use axum::Router;
 use axum::extract::rejection::JsonRejection;
-use axum::extract::{DefaultBodyLimit, FromRequestParts as _, MatchedPath, Path, Query, State};
+use axum::extract::{DefaultBodyLimit, FromRequestParts, MatchedPath, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
+use axum::routing::{get, post, put};
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD as BASE64;
 use bytes::Bytes;
@@ -83,6 +86,9 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/namespaces/{ns}/streams/{stream}/partitions/{p}/entries", post(produce).get(fetch))
         .route("/v1/namespaces/{ns}/streams/{stream}/partitions/{p}/offsets", get(offsets))
         .route("/v1/namespaces/{ns}/streams/{stream}/partitions/{p}/trim", post(trim))
+        .route("/v1/namespaces/{ns}/groups", get(list_groups))
+        .route("/v1/namespaces/{ns}/groups/{group}/streams/{stream}", get(group_offsets))
+        .route("/v1/namespaces/{ns}/groups/{group}/streams/{stream}/partitions/{p}", put(commit_offset))
         .merge(crate::events::routes(&state.stack, &state.metrics, state.config.max_fetch_wait))
         // After routing, so that `authorize` sees the matched route and its decoded parameters.
         .route_layer(axum::middleware::from_fn_with_state(state.clone(), authorize))
@@ -120,7 +126,7 @@ async fn authorize(
         Ok(Path(params)) => params.get("ns").cloned(),
         // The handler would refuse the path too (say, a `%`-escape that is not UTF-8); no
         // namespace is named, so nothing can be reached.
-        Err(e) => return ApiError::invalid(format!("path: {}", e.body_text())).into_response(),
+        Err(e) => return e.into_response(),
     };
     let header = parts.headers.get(header::AUTHORIZATION).and_then(|v| v.to_str().ok());
     let peer = parts.extensions.get::<crate::listener::PeerAddr>().map(|p| p.0.ip());
@@ -186,7 +192,11 @@ impl From<JsonRejection> for ApiError {
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let status = self.http_status();
-        let body = serde_json::json!({ "error": { "code": self.code(), "message": self.message() } });
+        let mut error = serde_json::json!({ "code": self.code(), "message": self.message() });
+        if let Some(next) = self.next_offset() {
+            error["next_offset"] = serde_json::json!(next);
+        }
+        let body = serde_json::json!({ "error": error });
         let mut response = (status, axum::Json(body)).into_response();
         if status == StatusCode::SERVICE_UNAVAILABLE || status == StatusCode::TOO_MANY_REQUESTS {
             let secs = self.kind().retry_after_secs().unwrap_or(1);
@@ -214,6 +224,42 @@ where
     async fn from_request(req: axum::extract::Request, state: &S) -> Result<Self, Self::Rejection> {
         let axum::Json(v) = axum::Json::<T>::from_request(req, state).await?;
         Ok(Json(v))
+    }
+}
+
+/// Path parameters whose rejections become [`ApiError`]s (JSON, 400), not axum's plain text.
+struct Path<T>(T);
+
+impl<S, T> FromRequestParts<S> for Path<T>
+where
+    T: serde::de::DeserializeOwned + Send,
+    S: Send + Sync,
+{
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut axum::http::request::Parts, state: &S) -> Result<Self, ApiError> {
+        match axum::extract::Path::<T>::from_request_parts(parts, state).await {
+            Ok(axum::extract::Path(v)) => Ok(Path(v)),
+            Err(e) => Err(ApiError::invalid(format!("path: {}", e.body_text()))),
+        }
+    }
+}
+
+/// A query string whose rejections become [`ApiError`]s (JSON, 400), not axum's plain text.
+struct Query<T>(T);
+
+impl<S, T> FromRequestParts<S> for Query<T>
+where
+    T: serde::de::DeserializeOwned,
+    S: Send + Sync,
+{
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut axum::http::request::Parts, state: &S) -> Result<Self, ApiError> {
+        match axum::extract::Query::<T>::from_request_parts(parts, state).await {
+            Ok(axum::extract::Query(v)) => Ok(Query(v)),
+            Err(e) => Err(ApiError::invalid(format!("query: {}", e.body_text()))),
+        }
     }
 }
 
@@ -407,12 +453,19 @@ fn one() -> u32 {
 #[serde(deny_unknown_fields)]
 struct ProduceBody {
     entries: Vec<ProduceEntry>,
+    expected_next_offset: Option<u64>,
+    producer_id: Option<String>,
+    producer_sequence: Option<u64>,
 }
 
+/// A produce request's query: the conditions may be given here for every content type.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct ProduceQuery {
     record_count: Option<u32>,
+    expected_next_offset: Option<u64>,
+    producer_id: Option<String>,
+    producer_sequence: Option<u64>,
 }
 
 #[derive(Debug, Serialize)]
@@ -443,11 +496,16 @@ async fn produce(
         .and_then(|v| v.split(';').next())
         .map(|t| t.trim().to_ascii_lowercase())
         .unwrap_or_default();
+    let mut expect = q.expected_next_offset;
+    let (mut producer_id, mut producer_sequence) = (q.producer_id, q.producer_sequence);
     let input = if content_type == KAFKA_BATCHES {
         ProduceInput::KafkaBatches { payload: body, record_count: q.record_count }
     } else if content_type == "application/json" {
         let parsed: ProduceBody =
             serde_json::from_slice(&body).map_err(|e| ApiError::invalid(format!("request body: {e}")))?;
+        expect = one_of("expected_next_offset", expect, parsed.expected_next_offset)?;
+        producer_id = one_of("producer_id", producer_id, parsed.producer_id)?;
+        producer_sequence = one_of("producer_sequence", producer_sequence, parsed.producer_sequence)?;
         let entries = parsed
             .entries
             .into_iter()
@@ -465,9 +523,13 @@ async fn produce(
     };
     // A batch answers 200 with one result per entry unless every entry failed, in which case
     // the first error decides (and a single entry answers with its own status).
+    let options = crate::api::ProduceOptions {
+        expect_next_offset: expect,
+        producer: crate::api::producer_of(producer_id.as_deref(), producer_sequence)?,
+    };
     let answers: Vec<serde_json::Value> = s
         .api
-        .produce(target, input)
+        .produce_with(target, input, options)
         .await?
         .into_iter()
         .map(|outcome| match outcome {
@@ -484,6 +546,16 @@ async fn produce(
     Ok(ok(StatusCode::OK, serde_json::json!({ "entries": answers })))
 }
 
+/// A field given in the query or the body, not both.
+fn one_of<T>(field: &str, query: Option<T>, body: Option<T>) -> ApiResult<Option<T>> {
+    match (query, body) {
+        (Some(_), Some(_)) => {
+            Err(ApiError::invalid(format!("{field}: give it in the query or the body, not both")))
+        }
+        (q, b) => Ok(q.or(b)),
+    }
+}
+
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct FetchQuery {
@@ -494,14 +566,24 @@ struct FetchQuery {
     max_wait_ms: u64,
 }
 
+/// Fetches entries; with `Accept: text/event-stream`, opens a read session instead (see
+/// [`read_session`]).
 async fn fetch(
     State(s): State<AppState>,
     Path((ns, stream, p)): Path<(String, String, String)>,
     Query(q): Query<FetchQuery>,
+    headers: HeaderMap,
 ) -> ApiResult<Response> {
     let target = PartitionRef { namespace: &ns, stream: &stream, partition: partition(&p)? };
+    let accept = headers.get(header::ACCEPT).and_then(|v| v.to_str().ok()).unwrap_or_default();
+    if accept.contains("text/event-stream") {
+        return read_session(&s, target, &q, &headers).await;
+    }
     let params = FetchParams { offset: q.offset, max_bytes: q.max_bytes, max_wait_ms: q.max_wait_ms };
     let batch = s.api.fetch(target, params).await?;
+    if accept.contains(RAW_ENTRIES) {
+        return Ok(raw_entries(&batch));
+    }
     let entries: Vec<_> = batch
         .entries
         .iter()
@@ -520,6 +602,82 @@ async fn fetch(
     ))
 }
 
+/// The content type of a fetch answered in raw frames (no Base64, no JSON): for throughput.
+pub const RAW_ENTRIES: &str = "application/vnd.lakestream.entries";
+
+/// A fetch's entries as raw frames, one per entry: offset (u64), record count (u32),
+/// timestamp in ms (i64), payload length (u32), all big-endian, then the payload bytes. The
+/// next offset and the trim marker are in the `lakestream-next-offset` and
+/// `lakestream-trim-marker` headers.
+fn raw_entries(batch: &lakestream_reader::ReadBatch) -> Response {
+    let size: usize = batch.entries.iter().map(|e| 24 + e.payload.len()).sum();
+    let mut body = Vec::with_capacity(size);
+    for e in &batch.entries {
+        body.extend_from_slice(&e.offset.to_be_bytes());
+        body.extend_from_slice(&e.record_count.to_be_bytes());
+        body.extend_from_slice(&e.timestamp_ms.to_be_bytes());
+        body.extend_from_slice(&u32::try_from(e.payload.len()).unwrap_or(u32::MAX).to_be_bytes());
+        body.extend_from_slice(&e.payload);
+    }
+    let mut response = (StatusCode::OK, body).into_response();
+    let headers = response.headers_mut();
+    headers.insert(header::CONTENT_TYPE, HeaderValue::from_static(RAW_ENTRIES));
+    headers.insert("lakestream-next-offset", HeaderValue::from(batch.next_offset));
+    headers.insert("lakestream-trim-marker", HeaderValue::from(batch.trim_marker));
+    response
+}
+
+/// A read session as Server-Sent Events: one `entry` event per entry, pushed as entries are
+/// appended, whose `id` is the offset after it, so that a client reconnecting with
+/// `Last-Event-ID` (which EventSource sends by itself) resumes right after the last entry it
+/// saw. The data is `{"offset", "record_count", "timestamp_ms", "payload_base64"}`. A failure
+/// after the response started is an `error` event (`{"code", "message"}`), and the stream
+/// ends. Comments keep an idle connection alive every 15 s.
+async fn read_session(
+    s: &AppState,
+    target: PartitionRef<'_>,
+    q: &FetchQuery,
+    headers: &HeaderMap,
+) -> ApiResult<Response> {
+    use axum::response::sse::{Event, KeepAlive, Sse};
+    use futures::StreamExt as _;
+    let offset = match headers.get("last-event-id") {
+        None => q.offset,
+        Some(v) => v.to_str().ok().and_then(|v| v.trim().parse().ok()).ok_or_else(|| {
+            ApiError::invalid("Last-Event-ID: must be an offset (the id of the last event received)")
+        })?,
+    };
+    let batches = s.api.read_session(target, offset, q.max_bytes).await?;
+    let events = batches
+        .flat_map(|batch| {
+            let events: Vec<Event> = match batch {
+                Ok(batch) => batch
+                    .entries
+                    .iter()
+                    .map(|e| {
+                        let data = serde_json::json!({
+                            "offset": e.offset,
+                            "record_count": e.record_count,
+                            "timestamp_ms": e.timestamp_ms,
+                            "payload_base64": BASE64.encode(&e.payload),
+                        });
+                        Event::default()
+                            .event("entry")
+                            .id((e.offset + u64::from(e.record_count)).to_string())
+                            .data(data.to_string())
+                    })
+                    .collect(),
+                Err(e) => {
+                    let data = serde_json::json!({ "code": e.code(), "message": e.message() });
+                    vec![Event::default().event("error").data(data.to_string())]
+                }
+            };
+            futures::stream::iter(events)
+        })
+        .map(Ok::<_, std::convert::Infallible>);
+    Ok(Sse::new(events).keep_alive(KeepAlive::default()).into_response())
+}
+
 async fn offsets(
     State(s): State<AppState>,
     Path((ns, stream, p)): Path<(String, String, String)>,
@@ -530,6 +688,72 @@ async fn offsets(
         StatusCode::OK,
         serde_json::json!({ "first_offset": o.first_offset, "next_offset": o.next_offset, "trim_marker": o.trim_marker }),
     ))
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CommitBody {
+    offset: u64,
+    #[serde(default)]
+    generation: u64,
+    #[serde(default)]
+    metadata: String,
+}
+
+fn committed_json(c: &crate::groups::CommittedOffset) -> serde_json::Value {
+    serde_json::json!({
+        "stream": c.stream,
+        "partition": c.partition,
+        "offset": c.offset,
+        "generation": c.generation,
+        "metadata": c.metadata,
+        "committed_ms": c.committed_ms,
+    })
+}
+
+async fn commit_offset(
+    State(s): State<AppState>,
+    Path((ns, group, stream, p)): Path<(String, String, String, String)>,
+    Json(body): Json<CommitBody>,
+) -> ApiResult<Response> {
+    let target = PartitionRef { namespace: &ns, stream: &stream, partition: partition(&p)? };
+    let commit = crate::groups::OffsetCommit {
+        offset: body.offset,
+        generation: body.generation,
+        metadata: body.metadata,
+    };
+    let committed = s.api.commit_offset(&group, target, commit).await?;
+    Ok(ok(StatusCode::OK, committed_json(&committed)))
+}
+
+async fn group_offsets(
+    State(s): State<AppState>,
+    Path((ns, group, stream)): Path<(String, String, String)>,
+) -> ApiResult<Response> {
+    let partitions: Vec<_> = s
+        .api
+        .group_offsets(&ns, &group, &stream)
+        .await?
+        .iter()
+        .map(|p| {
+            serde_json::json!({
+                "partition": p.partition,
+                "committed": p.committed.as_ref().map(committed_json),
+                "next_offset": p.next_offset,
+                "lag": p.lag,
+            })
+        })
+        .collect();
+    Ok(ok(StatusCode::OK, serde_json::json!({ "group": group, "stream": stream, "partitions": partitions })))
+}
+
+async fn list_groups(
+    State(s): State<AppState>,
+    Path(ns): Path<String>,
+    Query(q): Query<ListQuery>,
+) -> ApiResult<Response> {
+    let page = s.api.list_groups(&ns, q.after.as_deref(), q.limit).await?;
+    Ok(ok(StatusCode::OK, serde_json::json!({ "groups": page.items, "next_page": page.next_page })))
 }
 
 #[derive(Debug, Deserialize)]

@@ -13,12 +13,14 @@ mod compaction;
 pub mod config;
 pub mod deployment;
 pub mod events;
+pub mod groups;
 pub mod grpc;
 pub mod http;
 pub mod limits;
 pub mod listener;
 pub mod metrics;
 pub mod objects;
+pub mod producers;
 pub mod retention;
 pub mod stack;
 

@@ -231,6 +231,39 @@ impl GrpcRequestMetrics {
     }
 }
 
+/// Consumer groups' lag per partition, as of each group's last commit or offset fetch
+/// (`lakestream_group_lag_records{namespace, group, stream, partition}`).
+#[derive(Debug, Default)]
+pub struct GroupLagMetrics {
+    lags: std::sync::Mutex<std::collections::BTreeMap<(String, String, String, usize), u64>>,
+}
+
+impl GroupLagMetrics {
+    /// Records a group's lag on a partition.
+    pub fn record(&self, namespace: &str, group: &str, stream: &str, partition: usize, lag: u64) {
+        let key = (namespace.to_owned(), group.to_owned(), stream.to_owned(), partition);
+        self.lags.lock().unwrap_or_else(|e| e.into_inner()).insert(key, lag);
+    }
+
+    fn render(&self, out: &mut String) {
+        let lags = self.lags.lock().unwrap_or_else(|e| e.into_inner());
+        let name = "lakestream_group_lag_records";
+        let _ = writeln!(
+            out,
+            "# HELP {name} Records between a consumer group's committed offset and the partition's next offset, as of the group's last commit or offset fetch.\n# TYPE {name} gauge"
+        );
+        for ((namespace, group, stream, partition), lag) in lags.iter() {
+            let _ = writeln!(
+                out,
+                "{name}{{namespace=\"{}\",group=\"{}\",stream=\"{}\",partition=\"{partition}\"}} {lag}",
+                LabelValue(namespace),
+                LabelValue(group),
+                LabelValue(stream)
+            );
+        }
+    }
+}
+
 /// A label value escaped for the text exposition format: `\` as `\\`, `"` as `\"` and a
 /// line feed as `\n`. Names may hold `"` and `\`; unescaped, one such name breaks the whole
 /// scrape.
@@ -326,6 +359,8 @@ pub struct Metrics {
     pub append_errors: AtomicU64,
     /// Appends answered with an unknown outcome.
     pub append_unknown: AtomicU64,
+    /// Idempotent producers' retries answered from their state, appending nothing.
+    pub producer_duplicates: AtomicU64,
     /// Time from receiving an append to its acknowledgement.
     pub append_latency: Histogram,
     /// Entries returned by fetches.
@@ -352,6 +387,8 @@ pub struct Metrics {
     pub events_in_flight: AtomicU64,
     /// The compactor role's progress and each log's backlog.
     pub compaction: CompactionMetrics,
+    /// Consumer groups' lag per partition.
+    pub group_lag: GroupLagMetrics,
     /// The HTTP listener's connections.
     pub http_connections: std::sync::Arc<crate::listener::ConnectionStats>,
     /// The gRPC listener's connections.
@@ -512,6 +549,12 @@ impl Metrics {
             "Appends with an unknown outcome.",
             &self.append_unknown,
         );
+        counter(
+            &mut out,
+            "lakestream_producer_duplicates_total",
+            "Idempotent producer retries answered with their original offsets, appending nothing.",
+            &self.producer_duplicates,
+        );
         self.append_latency.render(
             "lakestream_append_latency_seconds",
             "Append acknowledgement latency.",
@@ -587,6 +630,7 @@ impl Metrics {
             &self.events_in_flight,
         );
         self.compaction.render(&mut out);
+        self.group_lag.render(&mut out);
         let _ = writeln!(
             out,
             "# HELP lakestream_ready Outcome of the last readiness check (1 ready, 0 not ready or draining).\n\

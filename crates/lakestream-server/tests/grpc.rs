@@ -57,6 +57,7 @@ fn produce(ns: &str, stream: &str, entries: Vec<pb::ProduceEntry>) -> pb::Produc
         partition: 0,
         entries,
         kafka_batches: false,
+        ..Default::default()
     }
 }
 

@@ -388,6 +388,7 @@ async fn grpc_tokens_are_checked_against_the_namespace_field_with_any_characters
         partition: 0,
         entries: vec![pb::ProduceEntry { payload: b"grpc".to_vec().into(), record_count: None }],
         kafka_batches: false,
+        ..Default::default()
     };
     let fetch = |ns: &str| pb::FetchRequest {
         namespace: ns.into(),

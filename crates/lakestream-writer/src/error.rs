@@ -54,6 +54,28 @@ pub enum AppendError {
     /// The writer is closed or closing.
     #[error("writer is closed")]
     Closed,
+    /// A conditional append expected the log's next offset to be `expected`, but it was
+    /// `actual`. Nothing was written.
+    #[error("log {log_id}: expected next offset {expected}, but it is {actual}; nothing was appended")]
+    OffsetMismatch {
+        /// The log.
+        log_id: LogId,
+        /// The next offset the append expected.
+        expected: u64,
+        /// The log's next offset when the condition was checked.
+        actual: u64,
+    },
+    /// A caller's publish gate (see [`crate::AppendOptions::before_publish`]) refused the
+    /// append before its index put. Nothing was written.
+    #[error("log {log_id}: the append was refused before publishing; nothing was appended: {reason}")]
+    GateRefused {
+        /// The log.
+        log_id: LogId,
+        /// Why, with the class the caller should act on.
+        reason: String,
+        /// The class of the refusal.
+        class: ErrorClass,
+    },
     /// A metadata-store error while acquiring the log's write lease. Nothing was written.
     #[error("acquiring the write lease on log {log_id} failed: {source}")]
     Lease {
@@ -76,6 +98,8 @@ impl AppendError {
             AppendError::OutcomeUnknown { .. } => ErrorClass::OutcomeUnknown,
             AppendError::Backpressure => ErrorClass::Retryable,
             AppendError::Closed => ErrorClass::Retryable,
+            AppendError::OffsetMismatch { .. } => ErrorClass::Conflict,
+            AppendError::GateRefused { class, .. } => *class,
             AppendError::Lease { source, .. } => source.class(),
         }
     }

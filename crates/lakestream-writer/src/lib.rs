@@ -30,4 +30,4 @@ pub use error::{AppendError, TrimError};
 pub use retention::RetentionPolicy;
 pub use stats::{HistogramSnapshot, WriterStats};
 pub use trim::TrimOutcome;
-pub use writer::{AppendAck, Writer, WriterDeps};
+pub use writer::{AppendAck, AppendOptions, PendingAppend, PublishGate, Writer, WriterDeps};

@@ -48,6 +48,23 @@ use crate::leases::{HeldLease, Leases};
 use crate::naming::wal_object_name;
 use crate::stats::{Counters, PutOutcome};
 
+/// A group of entries handed to the writer whose results are still to come.
+#[derive(Debug)]
+pub struct PendingAppend {
+    receivers: Vec<oneshot::Receiver<Result<AppendAck, AppendError>>>,
+}
+
+impl PendingAppend {
+    /// Each entry's result, in order, once the group is acknowledged or failed.
+    pub async fn acks(self) -> Vec<Result<AppendAck, AppendError>> {
+        let mut results = Vec::with_capacity(self.receivers.len());
+        for rx in self.receivers {
+            results.push(rx.await.unwrap_or(Err(AppendError::Closed)));
+        }
+        results
+    }
+}
+
 /// What an acknowledged append returns: where the entry landed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct AppendAck {
@@ -70,6 +87,42 @@ impl AppendAck {
 
 type Reply = oneshot::Sender<Result<AppendAck, AppendError>>;
 
+/// A caller's last check before a group's index put: given the name of the WAL object that
+/// holds the group, it runs in the publisher, after every earlier index put of this writer to
+/// the log has completed and before the group's own. An error fails the group unpublished.
+pub type PublishGate = Box<dyn FnOnce(String) -> BoxFuture<'static, Result<(), AppendError>> + Send>;
+
+/// Conditions on a group of entries ([`Writer::append_many_with`]). A group with a condition
+/// gets a log section (and so an index put) of its own, so that its failing condition fails
+/// no other request's entries.
+#[derive(Default)]
+pub struct AppendOptions {
+    /// Append only if the log's next offset is this one when the group's index put is made;
+    /// else fail with [`AppendError::OffsetMismatch`] and write nothing. The check reads the
+    /// log's last index record in the publisher, after this writer's earlier puts to the log
+    /// completed and before the group's put: it is linearizable with every append this writer
+    /// makes to the log. Appends to the same log through another writer at the same moment
+    /// are not ordered against it (the sequenced put takes no condition).
+    pub expect_next_offset: Option<u64>,
+    /// A check to run just before the index put (see [`PublishGate`]).
+    pub before_publish: Option<PublishGate>,
+}
+
+impl AppendOptions {
+    fn is_conditional(&self) -> bool {
+        self.expect_next_offset.is_some() || self.before_publish.is_some()
+    }
+}
+
+impl std::fmt::Debug for AppendOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AppendOptions")
+            .field("expect_next_offset", &self.expect_next_offset)
+            .field("before_publish", &self.before_publish.is_some())
+            .finish()
+    }
+}
+
 /// An entry on its way through the pipeline. Dropping it without replying resolves the
 /// caller's future with [`AppendError::Closed`]; the permit returns its bytes to the bound.
 #[derive(Debug)]
@@ -80,6 +133,8 @@ struct PendingEntry {
     lease: HeldLease,
     reply: Reply,
     _permit: Option<OwnedSemaphorePermit>,
+    /// A group's conditions, carried by its first entry.
+    condition: Option<AppendOptions>,
 }
 
 #[derive(Debug)]
@@ -102,6 +157,10 @@ struct Uploaded {
 /// One log section's index put, with the entries it acknowledges (in section order).
 #[derive(Debug)]
 struct IndexJob {
+    /// The WAL object's name.
+    object: String,
+    /// The conditions of the (one) group in the section, if it has any.
+    condition: Option<AppendOptions>,
     value: Bytes,
     record_count: u64,
     payload_bytes: u64,
@@ -198,6 +257,12 @@ impl Writer {
         self.inner.stats.snapshot()
     }
 
+    /// The log's next offset as the metadata store has it now: the end offset of its last
+    /// index record, 0 if it has none.
+    pub async fn next_offset(&self, log_id: LogId) -> Result<u64, AppendError> {
+        log_next_offset(log_id, self.inner.meta.as_ref()).await
+    }
+
     /// The writer's settings.
     pub fn config(&self) -> &WriterConfig {
         &self.inner.config
@@ -234,18 +299,36 @@ impl Writer {
         log_id: LogId,
         entries: impl IntoIterator<Item = (Bytes, u32)>,
     ) -> Vec<Result<AppendAck, AppendError>> {
+        self.append_many_with(log_id, entries, AppendOptions::default()).await
+    }
+
+    /// [`Writer::append_many`] under conditions: an expected next offset (a conditional
+    /// append) and a caller's check just before the index put.
+    pub async fn append_many_with(
+        &self,
+        log_id: LogId,
+        entries: impl IntoIterator<Item = (Bytes, u32)>,
+        options: AppendOptions,
+    ) -> Vec<Result<AppendAck, AppendError>> {
         let entries: Vec<(Bytes, u32)> = entries.into_iter().collect();
         let count = entries.len();
-        match self.enqueue_group(log_id, entries).await {
-            Ok(receivers) => {
-                let mut results = Vec::with_capacity(count);
-                for rx in receivers {
-                    results.push(rx.await.unwrap_or(Err(AppendError::Closed)));
-                }
-                results
-            }
+        match self.enqueue_many_with(log_id, entries, options).await {
+            Ok(pending) => pending.acks().await,
             Err(e) => (0..count).map(|_| Err(e.clone())).collect(),
         }
+    }
+
+    /// [`Writer::append_many_with`] in two steps, for pipelining: returns once the group is
+    /// checked and handed to the batcher, which fixes its order among this writer's appends
+    /// to the log (groups handed over one after another commit in that order); the returned
+    /// [`PendingAppend`] resolves with the results.
+    pub async fn enqueue_many_with(
+        &self,
+        log_id: LogId,
+        entries: Vec<(Bytes, u32)>,
+        options: AppendOptions,
+    ) -> Result<PendingAppend, AppendError> {
+        Ok(PendingAppend { receivers: self.enqueue_group(log_id, entries, options).await? })
     }
 
     /// Validates a group of entries for one log, takes the in-flight bound for all of them at
@@ -254,6 +337,7 @@ impl Writer {
         &self,
         log_id: LogId,
         entries: Vec<(Bytes, u32)>,
+        options: AppendOptions,
     ) -> Result<Vec<oneshot::Receiver<Result<AppendAck, AppendError>>>, AppendError> {
         let inner = &self.inner;
         if inner.closed.load(Ordering::Acquire) {
@@ -275,6 +359,7 @@ impl Writer {
         let mut group = Vec::with_capacity(entries.len());
         let mut receivers = Vec::with_capacity(entries.len());
         let mut permit = permit;
+        let mut condition = options.is_conditional().then_some(options);
         for (payload, record_count) in entries {
             let (reply, rx) = oneshot::channel();
             // One permit for the whole group, held by its first entry: every entry of the
@@ -286,6 +371,7 @@ impl Writer {
                 lease: lease.clone(),
                 reply,
                 _permit: permit.take(),
+                condition: condition.take(),
             };
             group.push(entry);
             receivers.push(rx);
@@ -325,7 +411,8 @@ impl Writer {
         let permit = self.admit(payload.len()).await?;
         let lease = inner.leases.ensure(log_id).await?; // A1
         let (reply, rx) = oneshot::channel();
-        let entry = PendingEntry { log_id, payload, record_count, lease, reply, _permit: permit };
+        let entry =
+            PendingEntry { log_id, payload, record_count, lease, reply, _permit: permit, condition: None };
         inner.batcher.send(BatcherMsg::Entry(entry)).map_err(|_| AppendError::Closed)?;
         Ok(rx)
     }
@@ -448,11 +535,14 @@ async fn accept(
     ctx: &Arc<UploadCtx>,
 ) {
     let Some(log_id) = entries.first().map(|e| e.log_id) else { return };
+    let conditional = entries.iter().any(|e| e.condition.is_some());
     let bytes: usize = entries.iter().map(|e| e.payload.len()).sum();
     let new_log = !batch.logs.contains(&log_id);
     let too_many_logs = new_log && batch.logs.len() >= config.max_logs_per_object;
     let too_big = !batch.entries.is_empty() && batch.bytes + bytes > config.flush_bytes;
-    if too_many_logs || too_big {
+    // A conditional group's section holds it alone: its condition can fail only its entries.
+    let shares_section = conditional && !new_log;
+    if too_many_logs || too_big || shares_section {
         flush(batch, seq, uploads, publisher, ctx).await;
     }
     if batch.logs.insert(log_id) {
@@ -463,7 +553,7 @@ async fn accept(
     if batch.deadline.is_none() {
         batch.deadline = Some(Instant::now() + config.flush_window);
     }
-    if batch.bytes >= config.flush_bytes {
+    if batch.bytes >= config.flush_bytes || conditional {
         flush(batch, seq, uploads, publisher, ctx).await;
     }
 }
@@ -606,9 +696,12 @@ fn settle(up: Uploaded, logs: &mut HashMap<LogId, LogQueue>) -> Vec<LogId> {
                 by_log.entry(e.log_id).or_default().push(e);
             }
             for section in sections {
-                let entries = by_log.remove(&section.log_id).unwrap_or_default();
+                let mut entries = by_log.remove(&section.log_id).unwrap_or_default();
+                let condition = entries.iter_mut().find_map(|e| e.condition.take());
                 let slot = match EntryIndex::raw(&name, &section) {
                     Ok(value) => Slot::Ready(IndexJob {
+                        object: name.clone(),
+                        condition,
                         value: Bytes::from(value.encode()),
                         record_count: section.record_count,
                         payload_bytes: section.payload_bytes,
@@ -665,12 +758,57 @@ fn publish_next(
     }
 }
 
+/// A group's conditions, checked in the publisher right before its index put: no other put of
+/// this writer to the log is in flight, so the log's next offset read here is the one the put
+/// will extend (unless another writer appends to the log at the same moment).
+async fn check_condition(
+    log_id: LogId,
+    condition: AppendOptions,
+    object: &str,
+    meta: &dyn MetaStore,
+) -> Result<(), AppendError> {
+    if let Some(expected) = condition.expect_next_offset {
+        let actual = log_next_offset(log_id, meta).await?;
+        if actual != expected {
+            return Err(AppendError::OffsetMismatch { log_id, expected, actual });
+        }
+    }
+    if let Some(gate) = condition.before_publish {
+        gate(object.to_owned()).await?;
+    }
+    Ok(())
+}
+
+/// The log's next offset: the end offset of its last index record (0 if it has none), as the
+/// reader computes it.
+async fn log_next_offset(log_id: LogId, meta: &dyn MetaStore) -> Result<u64, AppendError> {
+    let not_checked = |reason: String| AppendError::IndexPutFailed { log_id, reason };
+    let last = meta
+        .get_cmp(&keys::partition(log_id), &keys::last_key(log_id), lakestream_meta::Comparison::Floor)
+        .await
+        .map_err(|e| not_checked(format!("reading the log's next offset for a conditional append: {e}")))?;
+    match last.filter(|r| keys::is_index_key_of(&r.key, log_id)) {
+        None => Ok(0),
+        Some(r) => IndexKey::parse(&r.key)
+            .map(|k| k.end_offset)
+            .map_err(|e| not_checked(format!("the log's last index key {:?}: {e}", r.key))),
+    }
+}
+
 /// A3 and A4 for one log section: the sequenced put, then each entry's answer.
-async fn publish(log_id: LogId, job: IndexJob, meta: Arc<dyn MetaStore>, stats: Arc<Counters>) -> LogId {
+async fn publish(log_id: LogId, mut job: IndexJob, meta: Arc<dyn MetaStore>, stats: Arc<Counters>) -> LogId {
     // Stop publishing as soon as the session behind the lease ended (spec SHOULD).
     if job.entries.iter().any(|e| e.lease.is_lost()) {
         for e in job.entries {
             let _ = e.reply.send(Err(AppendError::LeaseLost { log_id }));
+        }
+        return log_id;
+    }
+    if let Some(condition) = job.condition.take()
+        && let Err(refusal) = check_condition(log_id, condition, &job.object, meta.as_ref()).await
+    {
+        for e in job.entries {
+            let _ = e.reply.send(Err(refusal.clone()));
         }
         return log_id;
     }

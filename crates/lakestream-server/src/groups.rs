@@ -1,0 +1,308 @@
+//! Consumer groups' committed offsets: per group, stream partition and namespace, guarded by
+//! a generation so that a stale consumer cannot move a group backwards. Membership and
+//! rebalancing are the Kafka front end's; this is the offset store it (and HTTP and gRPC
+//! consumers) use through [`crate::api::Api`].
+//!
+//! ## Records
+//!
+//! Every record lives in the metadata partition [`GROUPS_PARTITION`]. A group belongs to a
+//! namespace (tokens are granted per namespace). Offsets are keyed by the partition's log id,
+//! so a stream dropped and created again (new logs) starts with no committed offsets.
+//!
+//! ```text
+//! key                                              value (JSON)
+//! /lakestream-groups/{ns}/{group}                  {"v":1,"created_ms":…}            the group exists
+//! /lakestream-groups/{ns}/{group}/{L:020}          {"v":1,"stream":"s","partition":0,"offset":42,
+//!                                                   "generation":3,"metadata":"…","committed_ms":…}
+//! ```
+//!
+//! Each kind of key has a fixed depth (three and four `/`), so one scan over
+//! `[prefix, prefix + U+10FFFF)` sees exactly the groups of a namespace, or one group's
+//! offsets, in the store's hierarchical key order.
+//!
+//! ## Commit rule
+//!
+//! A commit carries the committer's generation. It is refused (409, nothing written) when the
+//! stored generation is greater (a consumer of an older generation), or when it is equal and
+//! the offset is lower than the stored one (a late commit of the same consumer). A greater
+//! generation may set any offset (the new owner resets). The offset may not exceed the
+//! partition's next offset. The write is a compare-and-set on the record's version, retried
+//! after re-checking when another commit won the race.
+
+use bytes::Bytes;
+use lakestream_format::LogId;
+use lakestream_meta::{MetaError, MetaStore, PutCondition};
+use serde::{Deserialize, Serialize};
+
+use crate::api::{ApiError, ApiResult, ErrorKind};
+
+/// The metadata partition holding every group record.
+pub const GROUPS_PARTITION: &str = "lakestream-groups";
+
+/// The prefix of every group key.
+pub const GROUPS_PREFIX: &str = "/lakestream-groups/";
+
+/// The longest group id.
+pub const MAX_GROUP_ID: usize = 128;
+
+/// The longest commit metadata string.
+pub const MAX_METADATA_BYTES: usize = 4096;
+
+/// How many times a commit re-reads after losing a compare-and-set race.
+const COMMIT_ATTEMPTS: usize = 8;
+
+/// Checks a group id: 1 to [`MAX_GROUP_ID`] characters of `A-Z a-z 0-9 . _ -`.
+pub fn check_group_id(id: &str) -> ApiResult<()> {
+    if id.is_empty() || id.len() > MAX_GROUP_ID {
+        return Err(ApiError::invalid(format!(
+            "group: must be 1 to {MAX_GROUP_ID} characters, not {}",
+            id.len()
+        )));
+    }
+    if let Some(c) = id.chars().find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'))) {
+        return Err(ApiError::invalid(format!(
+            "group: {c:?} is not allowed; use A-Z, a-z, 0-9, '.', '_' and '-'"
+        )));
+    }
+    Ok(())
+}
+
+fn group_key(namespace: &str, group: &str) -> String {
+    format!("{GROUPS_PREFIX}{namespace}/{group}")
+}
+
+fn offset_key(namespace: &str, group: &str, log_id: LogId) -> String {
+    format!("{GROUPS_PREFIX}{namespace}/{group}/{:020}", log_id.0)
+}
+
+/// The end of a scan over the keys `prefix…` of one depth.
+fn scan_end(prefix: &str) -> String {
+    format!("{prefix}\u{10FFFF}")
+}
+
+/// What a consumer commits for one partition.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OffsetCommit {
+    /// The next offset the group will read (Kafka's convention: one past the last processed).
+    pub offset: u64,
+    /// The committer's generation (a Kafka group's generation id; 0 for a lone consumer).
+    pub generation: u64,
+    /// Free text kept with the offset, at most [`MAX_METADATA_BYTES`].
+    pub metadata: String,
+}
+
+/// A committed offset, as stored.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CommittedOffset {
+    /// The format version, 1.
+    pub v: u32,
+    /// The stream.
+    pub stream: String,
+    /// The partition.
+    pub partition: usize,
+    /// The committed offset.
+    pub offset: u64,
+    /// The generation that committed it.
+    pub generation: u64,
+    /// The committer's free text.
+    #[serde(default)]
+    pub metadata: String,
+    /// When it was committed, in ms since the Unix epoch (the store's time).
+    #[serde(default)]
+    pub committed_ms: i64,
+}
+
+/// A partition's committed offset and lag.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PartitionLag {
+    /// The partition.
+    pub partition: usize,
+    /// What the group committed, if it did.
+    pub committed: Option<CommittedOffset>,
+    /// The partition's next offset.
+    pub next_offset: u64,
+    /// Records between the committed offset and the next offset (the next offset when nothing
+    /// was committed).
+    pub lag: u64,
+}
+
+fn meta_error(what: &str, e: MetaError) -> ApiError {
+    ApiError::new(ErrorKind::of_class(e.class()), format!("{what}: {e}"))
+}
+
+/// The group store over a metadata store.
+#[derive(Debug, Clone)]
+pub struct GroupStore<'a> {
+    meta: &'a dyn MetaStore,
+}
+
+impl<'a> GroupStore<'a> {
+    /// The store over `meta`.
+    pub fn new(meta: &'a dyn MetaStore) -> Self {
+        GroupStore { meta }
+    }
+
+    /// Commits `commit` for `group` on the log of `stream`'s `partition` (see the commit rule).
+    pub async fn commit(
+        &self,
+        namespace: &str,
+        group: &str,
+        stream: &str,
+        partition: usize,
+        log_id: LogId,
+        commit: &OffsetCommit,
+    ) -> ApiResult<CommittedOffset> {
+        check_group_id(group)?;
+        if commit.metadata.len() > MAX_METADATA_BYTES {
+            return Err(ApiError::invalid(format!("metadata: at most {MAX_METADATA_BYTES} bytes")));
+        }
+        // The group's marker, for listing; it is never removed while offsets exist.
+        let marker = serde_json::json!({ "v": 1 }).to_string();
+        match self
+            .meta
+            .put(GROUPS_PARTITION, &group_key(namespace, group), Bytes::from(marker), PutCondition::IfAbsent)
+            .await
+        {
+            Ok(_) | Err(MetaError::KeyExists { .. }) => {}
+            Err(e) => return Err(meta_error("creating the group", e)),
+        }
+        let key = offset_key(namespace, group, log_id);
+        for _ in 0..COMMIT_ATTEMPTS {
+            let current = self
+                .meta
+                .get(GROUPS_PARTITION, &key)
+                .await
+                .map_err(|e| meta_error("reading the committed offset", e))?;
+            let condition = match &current {
+                None => PutCondition::IfAbsent,
+                Some(record) => {
+                    let stored = decode(&key, &record.value)?;
+                    if commit.generation < stored.generation {
+                        return Err(ApiError::new(
+                            ErrorKind::Conflict,
+                            format!(
+                                "generation {} is stale: group {group} is at generation {} on {stream}/{partition}",
+                                commit.generation, stored.generation
+                            ),
+                        ));
+                    }
+                    if commit.generation == stored.generation && commit.offset < stored.offset {
+                        return Err(ApiError::new(
+                            ErrorKind::Conflict,
+                            format!(
+                                "offset {} is below the committed offset {} of generation {}: a commit of one \
+                                 generation cannot move the group backwards (a new generation can)",
+                                commit.offset, stored.offset, stored.generation
+                            ),
+                        ));
+                    }
+                    PutCondition::IfVersion(record.version)
+                }
+            };
+            let mut value = CommittedOffset {
+                v: 1,
+                stream: stream.to_owned(),
+                partition,
+                offset: commit.offset,
+                generation: commit.generation,
+                metadata: commit.metadata.clone(),
+                committed_ms: 0,
+            };
+            let bytes = Bytes::from(
+                serde_json::to_vec(&value).map_err(|e| ApiError::new(ErrorKind::Internal, e.to_string()))?,
+            );
+            match self.meta.put(GROUPS_PARTITION, &key, bytes, condition).await {
+                Ok(written) => {
+                    value.committed_ms = written.modified_ms;
+                    return Ok(value);
+                }
+                Err(MetaError::KeyExists { .. } | MetaError::VersionMismatch { .. }) => continue,
+                Err(e) => return Err(meta_error("committing the offset", e)),
+            }
+        }
+        Err(ApiError::new(
+            ErrorKind::Contended,
+            format!("commit of group {group} on {stream}/{partition} lost {COMMIT_ATTEMPTS} races; retry"),
+        ))
+    }
+
+    /// Whether the group has committed anything in the namespace.
+    pub async fn exists(&self, namespace: &str, group: &str) -> ApiResult<bool> {
+        check_group_id(group)?;
+        let found = self
+            .meta
+            .get(GROUPS_PARTITION, &group_key(namespace, group))
+            .await
+            .map_err(|e| meta_error("reading the group", e))?;
+        Ok(found.is_some())
+    }
+
+    /// The group's committed offset on a log, if any.
+    pub async fn committed(
+        &self,
+        namespace: &str,
+        group: &str,
+        log_id: LogId,
+    ) -> ApiResult<Option<CommittedOffset>> {
+        let key = offset_key(namespace, group, log_id);
+        let found = self
+            .meta
+            .get(GROUPS_PARTITION, &key)
+            .await
+            .map_err(|e| meta_error("reading the committed offset", e))?;
+        match found {
+            None => Ok(None),
+            Some(record) => {
+                let mut committed = decode(&key, &record.value)?;
+                committed.committed_ms = record.modified_ms;
+                Ok(Some(committed))
+            }
+        }
+    }
+
+    /// The namespace's groups after `after`, at most `limit`, and whether more remain.
+    pub async fn list(
+        &self,
+        namespace: &str,
+        after: Option<&str>,
+        limit: usize,
+    ) -> ApiResult<(Vec<String>, bool)> {
+        let prefix = format!("{GROUPS_PREFIX}{namespace}/");
+        let start = match after {
+            Some(a) => format!("{prefix}{a}\u{0}"),
+            None => prefix.clone(),
+        };
+        let records = self
+            .meta
+            .scan(GROUPS_PARTITION, &start, &scan_end(&prefix), Some(limit + 1))
+            .await
+            .map_err(|e| meta_error("listing groups", e))?;
+        let mut names: Vec<String> = records
+            .iter()
+            .filter_map(|r| r.key.strip_prefix(&prefix))
+            .filter(|rest| !rest.contains('/'))
+            .map(str::to_owned)
+            .collect();
+        let more = names.len() > limit;
+        names.truncate(limit);
+        Ok((names, more))
+    }
+}
+
+fn decode(key: &str, value: &[u8]) -> ApiResult<CommittedOffset> {
+    serde_json::from_slice(value)
+        .map_err(|e| ApiError::new(ErrorKind::CorruptData, format!("committed offset {key}: {e}")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn group_ids_are_checked() {
+        assert!(check_group_id("billing.v2_a-1").is_ok());
+        for bad in ["", "a/b", "sp ace", &"g".repeat(129)] {
+            assert!(check_group_id(bad).unwrap_err().message().starts_with("group"), "{bad:?}");
+        }
+    }
+}
