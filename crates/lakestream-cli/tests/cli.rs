@@ -24,7 +24,7 @@ fn start_dev() -> Dev {
     let dir = tempfile::tempdir().unwrap();
     let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
     let child = Command::new(BIN)
-        .args(["dev", "--http-addr", &format!("127.0.0.1:{port}")])
+        .args(["dev", "--kafka-addr", "off", "--http-addr", &format!("127.0.0.1:{port}")])
         .current_dir(dir.path())
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
@@ -108,6 +108,8 @@ fn json_logs_carry_the_request_id() {
             "--log-format",
             "json",
             "--grpc-addr",
+            "off",
+            "--kafka-addr",
             "off",
             "--http-addr",
             &format!("127.0.0.1:{port}"),

@@ -1,0 +1,270 @@
+//! Connections: framing, request headers and dispatch.
+//!
+//! A frame is a 4-byte big-endian size and that many bytes. As in Kafka's broker, a
+//! connection serves one request at a time, so responses go out in request order; and it is
+//! closed, with nothing answered, on a frame whose size is negative or above
+//! `kafka.max_request_bytes`, on an unknown API key, on a version of an API other than
+//! ApiVersions that is not served, and on a request that does not decode. An ApiVersions
+//! request of a version above the served ones gets a version-0 answer with
+//! `UNSUPPORTED_VERSION` and the served versions, so that the client can retry with one.
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use bytes::{Buf, BufMut, Bytes, BytesMut};
+use kafka_protocol::messages::{ApiKey, ApiVersionsResponse, RequestHeader, ResponseHeader};
+use kafka_protocol::protocol::{Decodable, Encodable, HeaderVersion, decode_request_header_from_buffer};
+use lakestream_server::api::Api;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::watch;
+use tracing::{debug, info, warn};
+
+use crate::Settings;
+use crate::handlers::{self, Handler};
+
+/// Accepts connections until `shutdown` resolves, then waits for them to finish.
+pub(crate) async fn serve(
+    listener: TcpListener,
+    api: Api,
+    settings: Arc<Settings>,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) {
+    let (stop, stopped) = watch::channel(false);
+    let signal = tokio::spawn(async move {
+        shutdown.await;
+        let _ = stop.send(true);
+    });
+    let mut connections = tokio::task::JoinSet::new();
+    let mut stopping = stopped.clone();
+    loop {
+        tokio::select! {
+            _ = until_stopped(&mut stopping) => break,
+            accepted = listener.accept() => match accepted {
+                Ok((socket, peer)) => {
+                    let _ = socket.set_nodelay(true);
+                    let handler = Handler::new(api.clone(), settings.clone(), peer);
+                    connections.spawn(connection(socket, peer, handler, stopped.clone()));
+                }
+                Err(e) => {
+                    // Out of file descriptors and the like: pause rather than spin.
+                    warn!(error = %e, "Kafka listener: accept failed");
+                    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+                }
+            },
+            Some(_) = connections.join_next(), if !connections.is_empty() => {}
+        }
+    }
+    drop(listener);
+    while connections.join_next().await.is_some() {}
+    signal.abort();
+}
+
+/// Resolves once `stop` says so (the guard `wait_for` returns is not `Send`: drop it here).
+async fn until_stopped(stop: &mut watch::Receiver<bool>) {
+    let _ = stop.wait_for(|s| *s).await;
+}
+
+/// Why a connection is closed.
+#[derive(Debug)]
+enum Close {
+    /// The peer closed it, or the service is stopping.
+    Done,
+    /// A protocol violation, with what was wrong.
+    Violation(String),
+    /// A socket error.
+    Io(std::io::Error),
+}
+
+impl From<std::io::Error> for Close {
+    fn from(e: std::io::Error) -> Self {
+        if e.kind() == std::io::ErrorKind::UnexpectedEof { Close::Done } else { Close::Io(e) }
+    }
+}
+
+async fn connection(
+    mut socket: TcpStream,
+    peer: SocketAddr,
+    handler: Handler,
+    mut stopped: watch::Receiver<bool>,
+) {
+    debug!(%peer, "Kafka connection opened");
+    let outcome = async {
+        loop {
+            let size = tokio::select! {
+                _ = until_stopped(&mut stopped) => return Close::Done,
+                size = socket.read_i32() => match size {
+                    Ok(size) => size,
+                    Err(e) => return Close::from(e),
+                },
+            };
+            if size < 0 || size as usize > handler.settings.max_request_bytes {
+                return Close::Violation(format!(
+                    "request frame of {size} bytes (the largest accepted is kafka.max_request_bytes = {})",
+                    handler.settings.max_request_bytes
+                ));
+            }
+            let mut frame = BytesMut::zeroed(size as usize);
+            if let Err(e) = socket.read_exact(&mut frame).await {
+                return Close::from(e);
+            }
+            match respond(&handler, frame.freeze()).await {
+                Ok(Some(response)) => {
+                    if let Err(e) = socket.write_all(&response).await {
+                        return Close::from(e);
+                    }
+                }
+                Ok(None) => {} // acks=0: no response
+                Err(close) => return close,
+            }
+        }
+    }
+    .await;
+    match outcome {
+        Close::Done => debug!(%peer, "Kafka connection closed"),
+        Close::Violation(why) => info!(%peer, %why, "closing a Kafka connection: protocol violation"),
+        Close::Io(e) => debug!(%peer, error = %e, "Kafka connection failed"),
+    }
+    let _ = socket.shutdown().await;
+}
+
+/// The served version range of each API, in ApiVersions order.
+pub(crate) const SERVED: [(ApiKey, i16, i16); 8] = [
+    (ApiKey::Produce, 3, 12),
+    (ApiKey::Fetch, 4, 12),
+    (ApiKey::ListOffsets, 1, 10),
+    (ApiKey::Metadata, 0, 12),
+    (ApiKey::ApiVersions, 0, 4),
+    (ApiKey::CreateTopics, 2, 7),
+    (ApiKey::DeleteTopics, 1, 6),
+    (ApiKey::CreatePartitions, 0, 3),
+];
+
+/// APIs not listed by ApiVersions that are still answered (with an error code) rather than
+/// closing the connection, for clients that send them without asking: the entry points of
+/// idempotent producers and of consumer groups.
+const REFUSED: [(ApiKey, i16, i16); 2] = [(ApiKey::InitProducerId, 0, 5), (ApiKey::FindCoordinator, 0, 6)];
+
+fn served_range(key: ApiKey) -> Option<(i16, i16)> {
+    SERVED.iter().chain(REFUSED.iter()).find(|(k, _, _)| *k == key).map(|&(_, lo, hi)| (lo, hi))
+}
+
+/// The response frame of one request frame, `None` when none is due (acks=0), or why the
+/// connection must close.
+async fn respond(handler: &Handler, mut frame: Bytes) -> Result<Option<Bytes>, Close> {
+    if frame.len() < 8 {
+        return Err(Close::Violation(format!(
+            "a {}-byte request frame holds no request header",
+            frame.len()
+        )));
+    }
+    let (raw_key, version, correlation_id) = {
+        let mut peek = &frame[..8];
+        (peek.get_i16(), peek.get_i16(), peek.get_i32())
+    };
+    let Ok(key) = ApiKey::try_from(raw_key) else {
+        return Err(Close::Violation(format!("unknown API key {raw_key}")));
+    };
+    let Some((lo, hi)) = served_range(key).filter(|&(lo, hi)| (lo..=hi).contains(&version)) else {
+        if key == ApiKey::ApiVersions {
+            // KIP-511: answer in version 0, whatever the body holds.
+            let body = handlers::api_versions_unsupported();
+            return encode(correlation_id, ApiVersionsResponse::header_version(0), &body, 0).map(Some);
+        }
+        let served = served_range(key).map_or("none".to_owned(), |(lo, hi)| format!("{lo} to {hi}"));
+        return Err(Close::Violation(format!("{key:?} version {version} is not served (served: {served})")));
+    };
+    debug_assert!(lo <= version && version <= hi);
+    let header = decode_request_header_from_buffer(&mut frame)
+        .map_err(|e| Close::Violation(format!("{key:?} v{version}: request header: {e}")))?;
+    let reply = dispatch(handler, key, version, &header, frame).await?;
+    Ok(reply)
+}
+
+fn decode<T: Decodable>(key: ApiKey, version: i16, mut body: Bytes) -> Result<T, Close> {
+    let decoded = T::decode(&mut body, version)
+        .map_err(|e| Close::Violation(format!("{key:?} v{version}: request body: {e}")))?;
+    if body.has_remaining() {
+        return Err(Close::Violation(format!(
+            "{key:?} v{version}: {} bytes after the request body",
+            body.remaining()
+        )));
+    }
+    Ok(decoded)
+}
+
+/// Encodes a response frame: size, response header, body.
+fn encode<T: Encodable>(
+    correlation_id: i32,
+    header_version: i16,
+    body: &T,
+    version: i16,
+) -> Result<Bytes, Close> {
+    let mut out = BytesMut::new();
+    out.put_i32(0);
+    let header = ResponseHeader::default().with_correlation_id(correlation_id);
+    header
+        .encode(&mut out, header_version)
+        .and_then(|()| body.encode(&mut out, version))
+        .map_err(|e| Close::Violation(format!("encoding the response failed: {e}")))?;
+    let size = (out.len() - 4) as i32;
+    out[..4].copy_from_slice(&size.to_be_bytes());
+    Ok(out.freeze())
+}
+
+async fn dispatch(
+    handler: &Handler,
+    key: ApiKey,
+    version: i16,
+    header: &RequestHeader,
+    body: Bytes,
+) -> Result<Option<Bytes>, Close> {
+    use kafka_protocol::messages::*;
+    let id = header.correlation_id;
+    macro_rules! answer {
+        ($req:ty, $resp:ty, $method:ident) => {{
+            let request: $req = decode(key, version, body)?;
+            let response: $resp = handler.$method(request, version).await;
+            encode(id, <$resp>::header_version(version), &response, version).map(Some)
+        }};
+    }
+    match key {
+        ApiKey::ApiVersions => answer!(ApiVersionsRequest, ApiVersionsResponse, api_versions),
+        ApiKey::Metadata => answer!(MetadataRequest, MetadataResponse, metadata),
+        ApiKey::Fetch => answer!(FetchRequest, FetchResponse, fetch),
+        ApiKey::ListOffsets => answer!(ListOffsetsRequest, ListOffsetsResponse, list_offsets),
+        ApiKey::CreateTopics => answer!(CreateTopicsRequest, CreateTopicsResponse, create_topics),
+        ApiKey::DeleteTopics => answer!(DeleteTopicsRequest, DeleteTopicsResponse, delete_topics),
+        ApiKey::CreatePartitions => {
+            answer!(CreatePartitionsRequest, CreatePartitionsResponse, create_partitions)
+        }
+        ApiKey::InitProducerId => answer!(InitProducerIdRequest, InitProducerIdResponse, init_producer_id),
+        ApiKey::FindCoordinator => {
+            answer!(FindCoordinatorRequest, FindCoordinatorResponse, find_coordinator)
+        }
+        ApiKey::Produce => {
+            let request: ProduceRequest = decode(key, version, body)?;
+            let acks = request.acks;
+            let response = handler.produce(request, version).await;
+            if acks == 0 {
+                // No response is due; as Kafka does, a failure closes the connection, the
+                // only way to tell such a client.
+                let failed = response
+                    .responses
+                    .iter()
+                    .flat_map(|t| t.partition_responses.iter())
+                    .find(|p| p.error_code != 0);
+                return match failed {
+                    Some(p) => Err(Close::Violation(format!(
+                        "an acks=0 produce failed with error code {} ({:?})",
+                        p.error_code, p.error_message
+                    ))),
+                    None => Ok(None),
+                };
+            }
+            encode(id, ProduceResponse::header_version(version), &response, version).map(Some)
+        }
+        other => Err(Close::Violation(format!("{other:?} is not served"))),
+    }
+}
