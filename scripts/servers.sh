@@ -77,11 +77,18 @@ install_promtool() {
   apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq prometheus >/dev/null
 }
 
+# kcat, librdkafka's command-line client, for tests/kafka (Debian's `kcat` package).
+install_kcat() {
+  if command -v kcat >/dev/null 2>&1; then return 0; fi
+  log "installing kcat (Debian package kcat) with apt-get (once)"
+  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq kcat >/dev/null
+}
+
 install_python_tools() {
-  if [ -x "$PYENV_DIR/bin/python" ] && "$PYENV_DIR/bin/python" -c 'import pyarrow, kafka, cloudevents.core, openapi_spec_validator' 2>/dev/null; then
+  if [ -x "$PYENV_DIR/bin/python" ] && "$PYENV_DIR/bin/python" -c 'import pyarrow, kafka, confluent_kafka, cloudevents.core, openapi_spec_validator' 2>/dev/null; then
     return 0
   fi
-  log "creating the Python test environment in $PYENV_DIR (pyarrow, kafka-python, cloudevents, openapi-spec-validator)"
+  log "creating the Python test environment in $PYENV_DIR (pyarrow, kafka-python, confluent-kafka, cloudevents, openapi-spec-validator)"
   python3 -m venv "$PYENV_DIR"
   "$PYENV_DIR/bin/pip" install --quiet --disable-pip-version-check -r "$(dirname "${BASH_SOURCE[0]}")/../tests/python/requirements.txt"
 }

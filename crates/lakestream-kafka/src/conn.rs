@@ -130,7 +130,7 @@ async fn connection(
 }
 
 /// The served version range of each API, in ApiVersions order.
-pub(crate) const SERVED: [(ApiKey, i16, i16); 8] = [
+pub(crate) const SERVED: [(ApiKey, i16, i16); 9] = [
     (ApiKey::Produce, 3, 12),
     (ApiKey::Fetch, 4, 12),
     (ApiKey::ListOffsets, 1, 10),
@@ -139,12 +139,15 @@ pub(crate) const SERVED: [(ApiKey, i16, i16); 8] = [
     (ApiKey::CreateTopics, 2, 7),
     (ApiKey::DeleteTopics, 1, 6),
     (ApiKey::CreatePartitions, 0, 3),
+    // Listed (librdkafka enables LZ4 only for brokers that list it), but answered with
+    // COORDINATOR_NOT_AVAILABLE until consumer groups are served.
+    (ApiKey::FindCoordinator, 0, 6),
 ];
 
 /// APIs not listed by ApiVersions that are still answered (with an error code) rather than
-/// closing the connection, for clients that send them without asking: the entry points of
-/// idempotent producers and of consumer groups.
-const REFUSED: [(ApiKey, i16, i16); 2] = [(ApiKey::InitProducerId, 0, 5), (ApiKey::FindCoordinator, 0, 6)];
+/// closing the connection, for clients that send them without asking: the entry point of
+/// idempotent and transactional producers.
+const REFUSED: [(ApiKey, i16, i16); 1] = [(ApiKey::InitProducerId, 0, 5)];
 
 fn served_range(key: ApiKey) -> Option<(i16, i16)> {
     SERVED.iter().chain(REFUSED.iter()).find(|(k, _, _)| *k == key).map(|&(_, lo, hi)| (lo, hi))
@@ -186,10 +189,9 @@ fn decode<T: Decodable>(key: ApiKey, version: i16, mut body: Bytes) -> Result<T,
     let decoded = T::decode(&mut body, version)
         .map_err(|e| Close::Violation(format!("{key:?} v{version}: request body: {e}")))?;
     if body.has_remaining() {
-        return Err(Close::Violation(format!(
-            "{key:?} v{version}: {} bytes after the request body",
-            body.remaining()
-        )));
+        // Kafka's broker ignores bytes after a request's fields, and some clients send them
+        // (librdkafka's Metadata v12 for all topics has three).
+        debug!(?key, version, extra = body.remaining(), "ignoring bytes after the request body");
     }
     Ok(decoded)
 }

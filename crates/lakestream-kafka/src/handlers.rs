@@ -754,14 +754,16 @@ impl Handler {
             .with_producer_epoch(-1)
     }
 
-    /// Consumer groups are not served yet (see `docs/kafka.md`).
+    /// Consumer groups are not served yet (see `docs/kafka.md`): no coordinator is available.
+    /// The code is retriable, so a client that only assigns partitions (and has a group id)
+    /// goes on fetching; one that subscribes waits for a coordinator.
     pub(crate) async fn find_coordinator(
         &self,
         request: FindCoordinatorRequest,
         version: i16,
     ) -> FindCoordinatorResponse {
         const WHY: &str = "consumer groups are not served yet by this Lakestream front end";
-        let code = ResponseError::UnsupportedVersion.code();
+        let code = ResponseError::CoordinatorNotAvailable.code();
         if version >= 4 {
             let coordinators = request
                 .coordinator_keys
