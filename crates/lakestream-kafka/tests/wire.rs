@@ -1,0 +1,451 @@
+//! The Kafka front end on the wire, against bad input and the basic exchanges: a stack of
+//! the embedded metadata store and a real S3 server (s3s-fs, started by `scripts/test`;
+//! these tests fail when LAKESTREAM_TEST_S3_* is not set), the front end on a loopback port,
+//! and requests written as a client writes them (`kafka-protocol`'s client side).
+//!
+//! Bad input: a frame over `kafka.max_request_bytes`, a negative size, an unknown API key,
+//! an unserved version and an undecodable body close the connection with nothing answered
+//! (Kafka's broker does the same); an ApiVersions request of an unserved version gets a
+//! version-0 answer with UNSUPPORTED_VERSION on a connection kept open; an unknown topic
+//! gets UNKNOWN_TOPIC_OR_PARTITION and bytes that are not record batches INVALID_RECORD, on
+//! a connection kept open, and nothing is written.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::{Buf, BufMut, Bytes, BytesMut};
+use kafka_protocol::messages::*;
+use kafka_protocol::protocol::{Decodable, Encodable, HeaderVersion, Request, StrBytes};
+use kafka_protocol::records::{
+    Compression, Record, RecordBatchDecoder, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
+};
+use lakestream_kafka::KafkaFrontEnd;
+use lakestream_meta::lease::SeededTokens;
+use lakestream_objstore_s3::S3Config;
+use lakestream_server::api::Api;
+use lakestream_server::config::{KafkaConfig, MetadataConfig, ObjectStoreConfig};
+use lakestream_server::metrics::Metrics;
+use lakestream_server::{ServerConfig, Stack};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+const MAX_REQUEST: usize = 64 * 1024;
+
+fn s3_config(prefix: &str) -> S3Config {
+    let var = |name: &str| {
+        std::env::var(name).unwrap_or_else(|_| {
+            panic!(
+                "{name} is not set: these tests need a real S3 server. Run them through scripts/test, \
+                 or start one with `source scripts/servers.sh && start_s3 $(mktemp -d)`"
+            )
+        })
+    };
+    S3Config {
+        bucket: var("LAKESTREAM_TEST_S3_BUCKET"),
+        prefix: Some(prefix.to_string()),
+        endpoint: Some(var("LAKESTREAM_TEST_S3_ENDPOINT")),
+        region: var("LAKESTREAM_TEST_S3_REGION"),
+        access_key_id: Some(var("LAKESTREAM_TEST_S3_ACCESS_KEY")),
+        secret_access_key: Some(var("LAKESTREAM_TEST_S3_SECRET_KEY")),
+        force_path_style: true,
+        ..S3Config::default()
+    }
+}
+
+struct Running {
+    addr: std::net::SocketAddr,
+    _dir: tempfile::TempDir,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    task: tokio::task::JoinHandle<()>,
+    stack: Stack,
+}
+
+impl Running {
+    async fn stop(mut self) {
+        let _ = self.stop.take().unwrap().send(());
+        self.task.await.unwrap();
+        self.stack.close().await;
+    }
+}
+
+async fn start() -> Running {
+    let dir = tempfile::tempdir().unwrap();
+    let run =
+        format!("kafka-wire-{}-{}", std::process::id(), std::time::UNIX_EPOCH.elapsed().unwrap().as_nanos());
+    let mut config = ServerConfig::dev(dir.path(), "127.0.0.1:0".parse().unwrap());
+    config.metadata = MetadataConfig::Embedded { path: dir.path().join("metadata.redb") };
+    config.storage.wal = ObjectStoreConfig::S3(Box::new(s3_config(&format!("{run}/wal"))));
+    config.storage.compacted = ObjectStoreConfig::S3(Box::new(s3_config(&format!("{run}/compacted"))));
+    config.writer.flush_window = Duration::from_millis(5);
+    let stack = Stack::open(&config).await.unwrap();
+    let api = Api::new(stack.clone(), Arc::new(Metrics::default()), Duration::from_secs(30));
+    let kafka = KafkaConfig {
+        addr: Some("127.0.0.1:0".parse().unwrap()),
+        max_request_bytes: MAX_REQUEST,
+        auto_create_topics: false,
+        ..KafkaConfig::default()
+    };
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let front = KafkaFrontEnd::from_listener(
+        listener,
+        &kafka,
+        Duration::from_secs(30),
+        Arc::new(SeededTokens::new(1)),
+    )
+    .unwrap();
+    let addr = front.local_addr();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let task = tokio::spawn(front.serve(api, async move {
+        let _ = stopped.await;
+    }));
+    Running { addr, _dir: dir, stop: Some(stop), task, stack }
+}
+
+struct Client {
+    socket: TcpStream,
+    next_id: i32,
+}
+
+impl Client {
+    async fn connect(r: &Running) -> Client {
+        Client { socket: TcpStream::connect(r.addr).await.unwrap(), next_id: 1 }
+    }
+
+    async fn send_frame(&mut self, frame: &[u8]) {
+        self.socket.write_all(frame).await.unwrap();
+    }
+
+    /// The next response frame, or `None` when the server closed the connection.
+    async fn read_frame(&mut self) -> Option<Bytes> {
+        let read = async {
+            let size = self.socket.read_i32().await.ok()?;
+            let mut body = BytesMut::zeroed(size as usize);
+            self.socket.read_exact(&mut body).await.ok()?;
+            Some(body.freeze())
+        };
+        tokio::time::timeout(Duration::from_secs(30), read)
+            .await
+            .expect("the server answers or closes within 30 s")
+    }
+
+    async fn call<R: Request>(&mut self, request: &R, version: i16) -> R::Response {
+        let id = self.next_id;
+        self.next_id += 1;
+        let header = RequestHeader::default()
+            .with_request_api_key(R::KEY)
+            .with_request_api_version(version)
+            .with_correlation_id(id)
+            .with_client_id(Some(StrBytes::from_static_str("wire-test")));
+        let mut frame = BytesMut::new();
+        frame.put_i32(0);
+        header.encode(&mut frame, R::header_version(version)).unwrap();
+        request.encode(&mut frame, version).unwrap();
+        let size = (frame.len() - 4) as i32;
+        frame[..4].copy_from_slice(&size.to_be_bytes());
+        self.send_frame(&frame).await;
+        let mut body = self.read_frame().await.expect("a response, not a closed connection");
+        let header = ResponseHeader::decode(&mut body, R::Response::header_version(version)).unwrap();
+        assert_eq!(header.correlation_id, id);
+        R::Response::decode(&mut body, version).unwrap()
+    }
+
+    async fn is_closed(&mut self) -> bool {
+        self.read_frame().await.is_none()
+    }
+}
+
+fn name(s: &str) -> TopicName {
+    TopicName(StrBytes::from_string(s.to_owned()))
+}
+
+fn batch(values: &[&str]) -> Bytes {
+    let records: Vec<Record> = values
+        .iter()
+        .enumerate()
+        .map(|(i, v)| Record {
+            transactional: false,
+            control: false,
+            delete_horizon: false,
+            partition_leader_epoch: 0,
+            producer_id: -1,
+            producer_epoch: -1,
+            timestamp_type: TimestampType::Creation,
+            offset: i as i64,
+            // The encoder batches records whose offset minus sequence agree: -1 for the first
+            // makes one batch with base sequence -1, as a producer without an id sends.
+            sequence: i as i32 - 1,
+            timestamp: 1_700_000_000_000,
+            key: None,
+            value: Some(Bytes::copy_from_slice(v.as_bytes())),
+            headers: Default::default(),
+        })
+        .collect();
+    let mut out = BytesMut::new();
+    RecordBatchEncoder::encode(
+        &mut out,
+        &records,
+        &RecordEncodeOptions { version: 2, compression: Compression::None },
+    )
+    .unwrap();
+    out.freeze()
+}
+
+async fn create_topic(c: &mut Client, topic: &str, partitions: i32) -> i16 {
+    let request = CreateTopicsRequest::default().with_topics(vec![
+        create_topics_request::CreatableTopic::default()
+            .with_name(name(topic))
+            .with_num_partitions(partitions)
+            .with_replication_factor(-1),
+    ]);
+    c.call(&request, 7).await.topics[0].error_code
+}
+
+fn produce_request(topic: &str, partition: i32, records: Bytes, acks: i16) -> ProduceRequest {
+    ProduceRequest::default().with_acks(acks).with_timeout_ms(30_000).with_topic_data(vec![
+        produce_request::TopicProduceData::default().with_name(name(topic)).with_partition_data(vec![
+            produce_request::PartitionProduceData::default()
+                .with_index(partition)
+                .with_records(Some(records)),
+        ]),
+    ])
+}
+
+async fn produce(c: &mut Client, topic: &str, partition: i32, records: Bytes) -> (i16, i64) {
+    let response = c.call(&produce_request(topic, partition, records, -1), 9).await;
+    let p = &response.responses[0].partition_responses[0];
+    if p.error_code != 0 {
+        eprintln!("produce to {topic}/{partition}: error {} {:?}", p.error_code, p.error_message);
+    }
+    (p.error_code, p.base_offset)
+}
+
+async fn fetch(c: &mut Client, topic: &str, offset: i64, max_wait_ms: i32) -> fetch_response::PartitionData {
+    let request = FetchRequest::default()
+        .with_replica_id(BrokerId(-1))
+        .with_max_wait_ms(max_wait_ms)
+        .with_min_bytes(1)
+        .with_max_bytes(1 << 20)
+        .with_topics(vec![fetch_request::FetchTopic::default().with_topic(name(topic)).with_partitions(
+            vec![
+            fetch_request::FetchPartition::default()
+                .with_partition(0)
+                .with_fetch_offset(offset)
+                .with_partition_max_bytes(1 << 20),
+        ],
+        )]);
+    c.call(&request, 12).await.responses.remove(0).partitions.remove(0)
+}
+
+async fn list_offset(c: &mut Client, topic: &str, timestamp: i64) -> (i16, i64) {
+    let request = ListOffsetsRequest::default().with_replica_id(BrokerId(-1)).with_topics(vec![
+        list_offsets_request::ListOffsetsTopic::default().with_name(name(topic)).with_partitions(vec![
+            list_offsets_request::ListOffsetsPartition::default()
+                .with_partition_index(0)
+                .with_timestamp(timestamp),
+        ]),
+    ]);
+    let response = c.call(&request, 7).await;
+    let p = &response.topics[0].partitions[0];
+    (p.error_code, p.offset)
+}
+
+const UNKNOWN_TOPIC: i16 = 3;
+const OFFSET_OUT_OF_RANGE: i16 = 1;
+const INVALID_TOPIC: i16 = 17;
+const UNSUPPORTED_VERSION: i16 = 35;
+const TOPIC_ALREADY_EXISTS: i16 = 36;
+const INVALID_PARTITIONS: i16 = 37;
+const INVALID_RECORD: i16 = 87;
+
+#[tokio::test]
+async fn produce_fetch_and_list_offsets_round_trip() {
+    let r = start().await;
+    let mut c = Client::connect(&r).await;
+    let versions = c.call(&ApiVersionsRequest::default(), 3).await;
+    assert_eq!(versions.error_code, 0);
+    let served = versions.api_keys.iter().find(|k| k.api_key == ApiKey::Produce as i16).unwrap();
+    assert_eq!((served.min_version, served.max_version), (3, 12));
+
+    assert_eq!(create_topic(&mut c, "orders", 2).await, 0);
+    let metadata = c
+        .call(
+            &MetadataRequest::default().with_topics(Some(vec![
+                metadata_request::MetadataRequestTopic::default().with_name(Some(name("orders"))),
+            ])),
+            12,
+        )
+        .await;
+    assert_eq!(metadata.brokers.len(), 1);
+    let topic = &metadata.topics[0];
+    assert_eq!(topic.error_code, 0);
+    assert_eq!(topic.partitions.len(), 2);
+    assert!(topic.partitions.iter().all(|p| p.leader_id == metadata.brokers[0].node_id));
+    assert!(!topic.topic_id.is_nil());
+
+    assert_eq!(produce(&mut c, "orders", 0, batch(&["a", "b", "c"])).await, (0, 0));
+    assert_eq!(produce(&mut c, "orders", 0, batch(&["d", "e"])).await, (0, 3));
+    assert_eq!(list_offset(&mut c, "orders", -2).await, (0, 0));
+    assert_eq!(list_offset(&mut c, "orders", -1).await, (0, 5));
+
+    // From offset 4 (inside the second entry): the whole entry, base offset rewritten to 3.
+    let data = fetch(&mut c, "orders", 4, 0).await;
+    assert_eq!(data.error_code, 0);
+    assert_eq!(data.high_watermark, 5);
+    let mut records = data.records.unwrap();
+    let sets = RecordBatchDecoder::decode_all(&mut records).unwrap();
+    let offsets: Vec<i64> = sets.iter().flat_map(|s| s.records.iter().map(|r| r.offset)).collect();
+    assert_eq!(offsets, [3, 4]);
+    let values: Vec<_> =
+        sets.iter().flat_map(|s| s.records.iter().map(|r| r.value.clone().unwrap())).collect();
+    assert_eq!(values, [Bytes::from_static(b"d"), Bytes::from_static(b"e")]);
+
+    // At the end: empty after the wait; beyond it: out of range.
+    let started = std::time::Instant::now();
+    let data = fetch(&mut c, "orders", 5, 200).await;
+    assert_eq!((data.error_code, data.records.map_or(0, |r| r.len())), (0, 0));
+    assert!(started.elapsed() >= Duration::from_millis(150), "the fetch waited max_wait_ms");
+    assert_eq!(fetch(&mut c, "orders", 6, 0).await.error_code, OFFSET_OUT_OF_RANGE);
+    r.stop().await;
+}
+
+#[tokio::test]
+async fn bad_requests_get_kafka_error_codes_and_write_nothing() {
+    let r = start().await;
+    let mut c = Client::connect(&r).await;
+    assert_eq!(create_topic(&mut c, "bad", 1).await, 0);
+    assert_eq!(create_topic(&mut c, "bad", 1).await, TOPIC_ALREADY_EXISTS);
+    assert_eq!(create_topic(&mut c, "has space", 1).await, INVALID_TOPIC);
+    assert_eq!(create_topic(&mut c, "zero", 0).await, INVALID_PARTITIONS);
+
+    assert_eq!(produce(&mut c, "missing", 0, batch(&["x"])).await.0, UNKNOWN_TOPIC);
+    assert_eq!(produce(&mut c, "bad", 1, batch(&["x"])).await.0, UNKNOWN_TOPIC);
+    assert_eq!(produce(&mut c, "bad", 0, Bytes::from_static(b"not a record batch")).await.0, INVALID_RECORD);
+    // A batch whose CRC does not match its bytes.
+    let mut corrupt = BytesMut::from(&batch(&["x"])[..]);
+    let last = corrupt.len() - 1;
+    corrupt[last] ^= 0xFF;
+    assert_eq!(produce(&mut c, "bad", 0, corrupt.freeze()).await.0, INVALID_RECORD);
+    assert_eq!(fetch(&mut c, "missing", 0, 0).await.error_code, UNKNOWN_TOPIC);
+    assert_eq!(list_offset(&mut c, "missing", -1).await.0, UNKNOWN_TOPIC);
+    // The connection is still open, and nothing was written.
+    assert_eq!(list_offset(&mut c, "bad", -1).await, (0, 0));
+    r.stop().await;
+}
+
+#[tokio::test]
+async fn unserved_api_versions_answer_with_unsupported_version_and_keep_the_connection() {
+    let r = start().await;
+    let mut c = Client::connect(&r).await;
+    // ApiVersions v99: a v0 body (no tagged fields) after a v0-style header.
+    let mut frame = BytesMut::new();
+    frame.put_i32(0);
+    frame.put_i16(ApiKey::ApiVersions as i16);
+    frame.put_i16(99);
+    frame.put_i32(7);
+    frame.put_i16(-1);
+    frame.put_slice(b"\x00future body");
+    let size = (frame.len() - 4) as i32;
+    frame[..4].copy_from_slice(&size.to_be_bytes());
+    c.send_frame(&frame).await;
+    let mut body = c.read_frame().await.unwrap();
+    assert_eq!(body.get_i32(), 7);
+    let answer = ApiVersionsResponse::decode(&mut body, 0).unwrap();
+    assert_eq!(answer.error_code, UNSUPPORTED_VERSION);
+    assert!(answer.api_keys.iter().any(|k| k.api_key == ApiKey::Fetch as i16 && k.max_version == 12));
+    // Kept open: a served version works next.
+    assert_eq!(c.call(&ApiVersionsRequest::default(), 0).await.error_code, 0);
+    r.stop().await;
+}
+
+/// A raw frame of `api_key`/`version` with `body` after a v1 request header.
+fn raw_frame(api_key: i16, version: i16, body: &[u8]) -> BytesMut {
+    let mut frame = BytesMut::new();
+    frame.put_i32((8 + 2 + body.len()) as i32);
+    frame.put_i16(api_key);
+    frame.put_i16(version);
+    frame.put_i32(1);
+    frame.put_i16(-1);
+    frame.put_slice(body);
+    frame
+}
+
+#[tokio::test]
+async fn malformed_frames_close_the_connection_and_write_nothing() {
+    let r = start().await;
+    let mut setup = Client::connect(&r).await;
+    assert_eq!(create_topic(&mut setup, "frames", 1).await, 0);
+
+    // Over kafka.max_request_bytes: closed before the body is read.
+    let mut c = Client::connect(&r).await;
+    let mut frame = BytesMut::new();
+    frame.put_i32((MAX_REQUEST + 1) as i32);
+    c.send_frame(&frame).await;
+    assert!(c.is_closed().await, "an oversized frame closes the connection");
+
+    // A produce request over the limit, sent whole: closed, nothing written.
+    let mut c = Client::connect(&r).await;
+    let big = vec![b'x'; MAX_REQUEST];
+    let big_values: Vec<&str> = vec![std::str::from_utf8(&big).unwrap()];
+    let request = produce_request("frames", 0, batch(&big_values), -1);
+    let mut frame = BytesMut::new();
+    frame.put_i32(0);
+    RequestHeader::default()
+        .with_request_api_key(ProduceRequest::KEY)
+        .with_request_api_version(9)
+        .with_correlation_id(1)
+        .encode(&mut frame, ProduceRequest::header_version(9))
+        .unwrap();
+    request.encode(&mut frame, 9).unwrap();
+    let size = (frame.len() - 4) as i32;
+    frame[..4].copy_from_slice(&size.to_be_bytes());
+    let _ = c.socket.write_all(&frame).await; // the server may close before all is sent
+    assert!(c.is_closed().await, "an oversized produce closes the connection");
+
+    // Negative size.
+    let mut c = Client::connect(&r).await;
+    c.send_frame(&(-5i32).to_be_bytes()).await;
+    assert!(c.is_closed().await, "a negative size closes the connection");
+
+    // A frame too short for a request header.
+    let mut c = Client::connect(&r).await;
+    c.send_frame(&[0, 0, 0, 3, 0, 0, 0]).await;
+    assert!(c.is_closed().await, "a frame without a header closes the connection");
+
+    // An unknown API key.
+    let mut c = Client::connect(&r).await;
+    c.send_frame(&raw_frame(999, 0, b"")).await;
+    assert!(c.is_closed().await, "an unknown API key closes the connection");
+
+    // A version not served (Fetch v3, Produce v2), and an API not served (JoinGroup).
+    for (key, version) in [(ApiKey::Fetch, 3), (ApiKey::Produce, 2), (ApiKey::JoinGroup, 5)] {
+        let mut c = Client::connect(&r).await;
+        c.send_frame(&raw_frame(key as i16, version, b"")).await;
+        assert!(c.is_closed().await, "{key:?} v{version} closes the connection");
+    }
+
+    // A produce body cut short.
+    let mut c = Client::connect(&r).await;
+    c.send_frame(&raw_frame(ApiKey::Produce as i16, 3, &[0xFF, 0xFF, 0, 1, 0, 0])).await;
+    assert!(c.is_closed().await, "an undecodable body closes the connection");
+
+    // acks=0 with bad records: no response is due, so the connection is closed to say so.
+    let mut c = Client::connect(&r).await;
+    let request = produce_request("frames", 0, Bytes::from_static(b"garbage"), 0);
+    let mut frame = BytesMut::new();
+    frame.put_i32(0);
+    RequestHeader::default()
+        .with_request_api_key(ProduceRequest::KEY)
+        .with_request_api_version(9)
+        .with_correlation_id(1)
+        .encode(&mut frame, ProduceRequest::header_version(9))
+        .unwrap();
+    request.encode(&mut frame, 9).unwrap();
+    let size = (frame.len() - 4) as i32;
+    frame[..4].copy_from_slice(&size.to_be_bytes());
+    c.send_frame(&frame).await;
+    assert!(c.is_closed().await, "a failed acks=0 produce closes the connection");
+
+    // Nothing was written by any of them.
+    assert_eq!(list_offset(&mut setup, "frames", -1).await, (0, 0));
+    r.stop().await;
+}
