@@ -58,11 +58,13 @@ fn api_keys() -> Vec<api_versions_response::ApiVersion> {
         .collect()
 }
 
-/// The version-0 answer to an ApiVersions request of a version not served.
+/// The version-0 answer to an ApiVersions request of a version not served: as Kafka's
+/// broker answers, the error and ApiVersions' own range only (the client retries with it).
 pub(crate) fn api_versions_unsupported() -> ApiVersionsResponse {
+    let own = api_keys().into_iter().filter(|k| k.api_key == ApiKey::ApiVersions as i16).collect();
     ApiVersionsResponse::default()
         .with_error_code(ResponseError::UnsupportedVersion.code())
-        .with_api_keys(api_keys())
+        .with_api_keys(own)
 }
 
 /// One partition's fetch in progress.
