@@ -161,6 +161,11 @@ pub fn name(s: &str) -> TopicName {
 }
 
 pub fn batch(values: &[&str]) -> Bytes {
+    batch_with(values, Compression::None)
+}
+
+/// One record batch of `values`, compressed with `compression`.
+pub fn batch_with(values: &[&str], compression: Compression) -> Bytes {
     let records: Vec<Record> = values
         .iter()
         .enumerate()
@@ -183,12 +188,7 @@ pub fn batch(values: &[&str]) -> Bytes {
         })
         .collect();
     let mut out = BytesMut::new();
-    RecordBatchEncoder::encode(
-        &mut out,
-        &records,
-        &RecordEncodeOptions { version: 2, compression: Compression::None },
-    )
-    .unwrap();
+    RecordBatchEncoder::encode(&mut out, &records, &RecordEncodeOptions { version: 2, compression }).unwrap();
     out.freeze()
 }
 
