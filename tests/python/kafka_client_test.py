@@ -4,18 +4,21 @@ Run against `lakestream dev` (with its HTTP URL, so that what was produced over 
 read back over HTTP) and, unchanged, against Apache Kafka (without a URL), so that the
 expectations are known to be Kafka's:
 
-    python kafka_client_test.py BOOTSTRAP [HTTP_URL]
+    python kafka_client_test.py BOOTSTRAP [HTTP_URL [COMPACTED_DIR]]
 
 Checks: topic creation (and TOPIC_ALREADY_EXISTS on a second), produce with every
 compression codec (none, gzip, snappy, lz4, zstd; idempotence off), consume from earliest
 with keys, values, headers and timestamps intact and offsets contiguous, ListOffsets by
 timestamp, an unknown topic's error, and, given HTTP_URL, the stored entries over HTTP: the
 record batches as the client sent them (codec bits kept, records counted), uncompressed
-ones decoded record by record.
+ones decoded record by record; given COMPACTED_DIR (a local `storage.compacted` root), that
+every entry is also in the Parquet files the compactor wrote, read with pyarrow.
 """
 
 import base64
+import glob
 import json
+import os
 import struct
 import sys
 import time
@@ -179,9 +182,32 @@ def stream_of(url, topic):
     return matching[0] if matching else None
 
 
+def parquet_payloads(compacted_dir, stream):
+    import pyarrow.parquet as pq
+
+    payloads = []
+    for path in glob.glob(os.path.join(compacted_dir, "default", stream, "*.parquet")):
+        payloads.extend(pq.read_table(path).column("payload").to_pylist())
+    return payloads
+
+
+def check_compacted(compacted_dir, stream, codec, entries):
+    """Waits (up to 120 s) until the compactor has written every entry into Parquet."""
+    want = [base64.b64decode(e["payload_base64"]) for e in entries]
+    deadline = time.time() + 120
+    while True:
+        found = parquet_payloads(compacted_dir, stream)
+        missing = [p for p in want if p not in found]
+        if not missing or time.time() > deadline:
+            break
+        time.sleep(1)
+    check(not missing, f"{codec}: {len(missing)} of {len(want)} entries not in the Parquet files pyarrow read")
+
+
 def main():
     bootstrap = sys.argv[1]
     url = sys.argv[2] if len(sys.argv) > 2 else None
+    compacted_dir = sys.argv[3] if len(sys.argv) > 3 else None
     run = uuid.uuid4().hex[:8]
     admin = AdminClient({"bootstrap.servers": bootstrap})
 
@@ -214,8 +240,10 @@ def main():
                     break
         if url:
             stream = stream_of(url, topic)
+            all_entries = []
             for p in range(PARTITIONS):
                 entries = http_entries(url, stream, p) if stream else []
+                all_entries.extend(entries)
                 total = 0
                 decoded = []
                 for e in entries:
@@ -232,6 +260,8 @@ def main():
                 if codec == "none":
                     want = [(k, v, h) for k, v, h, _ in sent[p]]
                     check(decoded == want, f"{codec} p{p}: records over HTTP byte for byte as produced")
+            if compacted_dir and stream:
+                check_compacted(compacted_dir, stream, codec, all_entries)
 
     # ListOffsets by timestamp: the first offset at or after a time between two batches.
     topic = f"times-{run}"
