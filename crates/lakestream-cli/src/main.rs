@@ -51,7 +51,7 @@ enum Command {
         #[arg(long, default_value = "127.0.0.1:9090", env = "LAKESTREAM_GRPC_ADDR")]
         grpc_addr: GrpcAddr,
         /// Where the Kafka wire protocol is served, or `off`.
-        #[arg(long, default_value = "127.0.0.1:9092", env = "LAKESTREAM_KAFKA_ADDR")]
+        #[arg(long, default_value = "127.0.0.1:9092")]
         kafka_addr: GrpcAddr,
         /// How long CloudEvents ingest deduplicates retries (source + id), at most 24h.
         #[arg(long, env = "LAKESTREAM_CLOUDEVENTS_DEDUP_WINDOW", value_parser = lakestream_server::config::parse_duration)]
