@@ -1262,6 +1262,38 @@ mod tests {
     }
 
     #[test]
+    fn kafka_is_off_unless_an_address_is_given_and_its_settings_are_checked() {
+        let defaults = ServerConfig::default().kafka;
+        assert!(defaults.addr.is_none());
+        assert_eq!((defaults.node_id, defaults.max_request_bytes), (1, 100 << 20));
+        let config = ServerConfig::from_toml(
+            "[kafka]\naddr = \"127.0.0.1:9192\"\nadvertised_listener = \"lakestream:9092\"\nnode_id = 3\n",
+            Path::new("x.toml"),
+        )
+        .unwrap();
+        assert_eq!(config.kafka.addr.map(|a| a.port()), Some(9192));
+        assert_eq!(config.kafka.advertised_listener.as_deref(), Some("lakestream:9092"));
+        assert_eq!(config.kafka.node_id, 3);
+        config.validate().unwrap();
+        let unknown = ServerConfig::from_toml("[kafka]\nadress = \"x\"\n", Path::new("x.toml"));
+        assert!(unknown.unwrap_err().to_string().contains("adress"));
+        for (change, key) in [
+            (
+                (|c: &mut KafkaConfig| c.advertised_listener = Some("no-port".into()))
+                    as fn(&mut KafkaConfig),
+                "kafka.advertised_listener",
+            ),
+            (|c: &mut KafkaConfig| c.max_request_bytes = 10, "kafka.max_request_bytes"),
+            (|c: &mut KafkaConfig| c.default_partitions = 0, "kafka.default_partitions"),
+            (|c: &mut KafkaConfig| c.node_id = -1, "kafka.node_id"),
+        ] {
+            let mut bad = config.clone();
+            change(&mut bad.kafka);
+            assert!(bad.validate().unwrap_err().to_string().contains(key), "{key}");
+        }
+    }
+
+    #[test]
     fn grpc_is_off_unless_an_address_is_given() {
         assert!(ServerConfig::default().grpc.addr.is_none());
         let mut config = ServerConfig::from_toml(
