@@ -1,24 +1,32 @@
 //! Connections: framing, request headers and dispatch.
 //!
-//! A frame is a 4-byte big-endian size and that many bytes. As in Kafka's broker, a
-//! connection serves one request at a time, so responses go out in request order; and it is
-//! closed, with nothing answered, on a frame whose size is negative or above
+//! A frame is a 4-byte big-endian size and that many bytes. A connection processes up to
+//! [`MAX_IN_FLIGHT`] requests at once and answers them in request order, keeping each
+//! partition's appends in request order too ([`PartitionOrder`]); it is closed, with nothing
+//! answered (after the requests before it), on a frame whose size is negative or above
 //! `kafka.max_request_bytes`, on an unknown API key, on a version of an API other than
 //! ApiVersions that is not served, and on a request that does not decode. An ApiVersions
 //! request of a version above the served ones gets a version-0 answer with
 //! `UNSUPPORTED_VERSION` and the served versions, so that the client can retry with one.
 
+use std::collections::HashMap;
 use std::future::Future;
 use std::net::SocketAddr;
+use std::pin::Pin;
 use std::sync::Arc;
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
+use futures::FutureExt as _;
+use futures::StreamExt as _;
+use futures::future::{BoxFuture, Shared};
+use futures::stream::FuturesOrdered;
 use kafka_protocol::messages::{ApiKey, ApiVersionsResponse, RequestHeader, ResponseHeader};
 use kafka_protocol::protocol::{Decodable, Encodable, HeaderVersion, decode_request_header_from_buffer};
 use lakestream_server::api::Api;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::tcp::OwnedReadHalf;
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::watch;
+use tokio::sync::{mpsc, oneshot, watch};
 use tracing::{debug, info, warn};
 
 use crate::Settings;
@@ -83,50 +91,128 @@ impl From<std::io::Error> for Close {
     }
 }
 
-async fn connection(
-    mut socket: TcpStream,
-    peer: SocketAddr,
-    handler: Handler,
+/// How many requests of one connection are processed at once; the responses still go out in
+/// request order. Kafka's broker takes one at a time, which costs it little as its appends
+/// take well under a millisecond; an append here waits for an object-store PUT, so a client
+/// pipelining produce requests (librdkafka, the Java client) would otherwise queue behind it.
+const MAX_IN_FLIGHT: usize = 32;
+
+/// A request being processed: its response frame, `None` when none is due (acks=0), or why
+/// the connection must close.
+type Pending = Pin<Box<dyn Future<Output = Result<Option<Bytes>, Close>> + Send>>;
+
+/// Frames from the reading half, or why reading stopped.
+async fn read_frames(
+    mut socket: OwnedReadHalf,
+    max_request_bytes: usize,
+    frames: mpsc::Sender<Result<Bytes, Close>>,
     mut stopped: watch::Receiver<bool>,
 ) {
+    loop {
+        let size = tokio::select! {
+            _ = until_stopped(&mut stopped) => return,
+            size = socket.read_i32() => match size {
+                Ok(size) => size,
+                Err(e) => {
+                    let _ = frames.send(Err(Close::from(e))).await;
+                    return;
+                }
+            },
+        };
+        if size < 0 || size as usize > max_request_bytes {
+            let _ = frames
+                .send(Err(Close::Violation(format!(
+                    "request frame of {size} bytes (the largest accepted is kafka.max_request_bytes = {max_request_bytes})"
+                ))))
+                .await;
+            return;
+        }
+        let mut frame = BytesMut::zeroed(size as usize);
+        if let Err(e) = socket.read_exact(&mut frame).await {
+            let _ = frames.send(Err(Close::from(e))).await;
+            return;
+        }
+        if frames.send(Ok(frame.freeze())).await.is_err() {
+            return;
+        }
+    }
+}
+
+async fn connection(socket: TcpStream, peer: SocketAddr, handler: Handler, stopped: watch::Receiver<bool>) {
     debug!(%peer, "Kafka connection opened");
-    let outcome = async {
-        loop {
-            let size = tokio::select! {
-                _ = until_stopped(&mut stopped) => return Close::Done,
-                size = socket.read_i32() => match size {
-                    Ok(size) => size,
-                    Err(e) => return Close::from(e),
-                },
-            };
-            if size < 0 || size as usize > handler.settings.max_request_bytes {
-                return Close::Violation(format!(
-                    "request frame of {size} bytes (the largest accepted is kafka.max_request_bytes = {})",
-                    handler.settings.max_request_bytes
-                ));
-            }
-            let mut frame = BytesMut::zeroed(size as usize);
-            if let Err(e) = socket.read_exact(&mut frame).await {
-                return Close::from(e);
-            }
-            match respond(&handler, frame.freeze()).await {
+    let (read_half, mut write_half) = socket.into_split();
+    let (frames_tx, mut frames) = mpsc::channel(MAX_IN_FLIGHT);
+    let reader = tokio::spawn(read_frames(read_half, handler.settings.max_request_bytes, frames_tx, stopped));
+    let mut order = PartitionOrder::default();
+    let mut in_flight: FuturesOrdered<Pending> = FuturesOrdered::new();
+    // Set once no more requests are taken: the peer closed, the service is stopping, or a
+    // request broke the protocol (then the connection closes once the requests before it
+    // are answered, as a broker taking one request at a time would have answered them).
+    let mut reading = true;
+    let mut closing = Close::Done;
+    let outcome = loop {
+        tokio::select! {
+            biased;
+            Some(done) = in_flight.next(), if !in_flight.is_empty() => match done {
                 Ok(Some(response)) => {
-                    if let Err(e) = socket.write_all(&response).await {
-                        return Close::from(e);
+                    if let Err(e) = write_half.write_all(&response).await {
+                        break Close::from(e);
                     }
                 }
                 Ok(None) => {} // acks=0: no response
-                Err(close) => return close,
-            }
+                Err(close) => break close,
+            },
+            frame = frames.recv(), if reading && in_flight.len() < MAX_IN_FLIGHT => match frame {
+                Some(Ok(frame)) => match prepare(&handler, frame, &mut order) {
+                    Ok(pending) => in_flight.push_back(pending),
+                    Err(close) => {
+                        reading = false;
+                        closing = close;
+                    }
+                },
+                Some(Err(close)) => {
+                    reading = false;
+                    closing = close;
+                }
+                None => reading = false,
+            },
+            else => break std::mem::replace(&mut closing, Close::Done),
         }
-    }
-    .await;
+    };
+    reader.abort();
     match outcome {
         Close::Done => debug!(%peer, "Kafka connection closed"),
         Close::Violation(why) => info!(%peer, %why, "closing a Kafka connection: protocol violation"),
         Close::Io(e) => debug!(%peer, error = %e, "Kafka connection failed"),
     }
-    let _ = socket.shutdown().await;
+    let _ = write_half.shutdown().await;
+}
+
+/// Keeps one connection's appends to a partition in request order while requests are
+/// processed at once: each produce waits, per partition, for the previous request's append
+/// to that partition to finish (Kafka appends a connection's batches in the order sent).
+#[derive(Default)]
+pub(crate) struct PartitionOrder {
+    last: HashMap<(String, i32), Shared<BoxFuture<'static, ()>>>,
+}
+
+/// A produce's turn on one partition: what to wait for, and what to drop when done.
+pub(crate) struct Turn {
+    /// The previous append to the partition on this connection.
+    pub after: Option<Shared<BoxFuture<'static, ()>>>,
+    /// Dropped when this append is done, which lets the next one go.
+    pub done: oneshot::Sender<()>,
+}
+
+impl PartitionOrder {
+    fn take_turn(&mut self, topic: &str, partition: i32) -> Turn {
+        let (done, finished) = oneshot::channel::<()>();
+        let next = finished.map(drop).boxed().shared();
+        let after = self.last.insert((topic.to_owned(), partition), next);
+        // A finished predecessor is nothing to wait for.
+        let after = after.filter(|f| f.peek().is_none());
+        Turn { after, done }
+    }
 }
 
 /// The served version range of each API, in ApiVersions order.
@@ -153,9 +239,9 @@ fn served_range(key: ApiKey) -> Option<(i16, i16)> {
     SERVED.iter().chain(REFUSED.iter()).find(|(k, _, _)| *k == key).map(|&(_, lo, hi)| (lo, hi))
 }
 
-/// The response frame of one request frame, `None` when none is due (acks=0), or why the
-/// connection must close.
-async fn respond(handler: &Handler, mut frame: Bytes) -> Result<Option<Bytes>, Close> {
+/// Decodes one request frame and starts its processing, or says why the connection must
+/// close.
+fn prepare(handler: &Handler, mut frame: Bytes, order: &mut PartitionOrder) -> Result<Pending, Close> {
     if frame.len() < 8 {
         return Err(Close::Violation(format!(
             "a {}-byte request frame holds no request header",
@@ -173,7 +259,8 @@ async fn respond(handler: &Handler, mut frame: Bytes) -> Result<Option<Bytes>, C
         if key == ApiKey::ApiVersions {
             // KIP-511: answer in version 0, whatever the body holds.
             let body = handlers::api_versions_unsupported();
-            return encode(correlation_id, ApiVersionsResponse::header_version(0), &body, 0).map(Some);
+            let response = encode(correlation_id, ApiVersionsResponse::header_version(0), &body, 0);
+            return Ok(Box::pin(async move { response.map(Some) }));
         }
         let served = served_range(key).map_or("none".to_owned(), |(lo, hi)| format!("{lo} to {hi}"));
         return Err(Close::Violation(format!("{key:?} version {version} is not served (served: {served})")));
@@ -181,8 +268,7 @@ async fn respond(handler: &Handler, mut frame: Bytes) -> Result<Option<Bytes>, C
     debug_assert!(lo <= version && version <= hi);
     let header = decode_request_header_from_buffer(&mut frame)
         .map_err(|e| Close::Violation(format!("{key:?} v{version}: request header: {e}")))?;
-    let reply = dispatch(handler, key, version, &header, frame).await?;
-    Ok(reply)
+    dispatch(handler, key, version, &header, frame, order)
 }
 
 fn decode<T: Decodable>(key: ApiKey, version: i16, mut body: Bytes) -> Result<T, Close> {
@@ -215,20 +301,24 @@ fn encode<T: Encodable>(
     Ok(out.freeze())
 }
 
-async fn dispatch(
+fn dispatch(
     handler: &Handler,
     key: ApiKey,
     version: i16,
     header: &RequestHeader,
     body: Bytes,
-) -> Result<Option<Bytes>, Close> {
+    order: &mut PartitionOrder,
+) -> Result<Pending, Close> {
     use kafka_protocol::messages::*;
     let id = header.correlation_id;
+    let handler = handler.clone();
     macro_rules! answer {
         ($req:ty, $resp:ty, $method:ident) => {{
             let request: $req = decode(key, version, body)?;
-            let response: $resp = handler.$method(request, version).await;
-            encode(id, <$resp>::header_version(version), &response, version).map(Some)
+            Ok(Box::pin(async move {
+                let response: $resp = handler.$method(request, version).await;
+                encode(id, <$resp>::header_version(version), &response, version).map(Some)
+            }))
         }};
     }
     match key {
@@ -247,25 +337,38 @@ async fn dispatch(
         }
         ApiKey::Produce => {
             let request: ProduceRequest = decode(key, version, body)?;
-            let acks = request.acks;
-            let response = handler.produce(request, version).await;
-            if acks == 0 {
-                // No response is due; as Kafka does, a failure closes the connection, the
-                // only way to tell such a client.
-                let failed = response
-                    .responses
-                    .iter()
-                    .flat_map(|t| t.partition_responses.iter())
-                    .find(|p| p.error_code != 0);
-                return match failed {
-                    Some(p) => Err(Close::Violation(format!(
-                        "an acks=0 produce failed with error code {} ({:?})",
-                        p.error_code, p.error_message
-                    ))),
-                    None => Ok(None),
-                };
+            // Turns are taken now, in request order, so that appends keep it.
+            let mut turns = HashMap::new();
+            for t in &request.topic_data {
+                for p in &t.partition_data {
+                    let at = (t.name.0.to_string(), p.index);
+                    if let std::collections::hash_map::Entry::Vacant(slot) = turns.entry(at) {
+                        let (topic, partition) = slot.key().clone();
+                        slot.insert(order.take_turn(&topic, partition));
+                    }
+                }
             }
-            encode(id, ProduceResponse::header_version(version), &response, version).map(Some)
+            Ok(Box::pin(async move {
+                let acks = request.acks;
+                let response = handler.produce(request, version, turns).await;
+                if acks == 0 {
+                    // No response is due; as Kafka does, a failure closes the connection, the
+                    // only way to tell such a client.
+                    let failed = response
+                        .responses
+                        .iter()
+                        .flat_map(|t| t.partition_responses.iter())
+                        .find(|p| p.error_code != 0);
+                    return match failed {
+                        Some(p) => Err(Close::Violation(format!(
+                            "an acks=0 produce failed with error code {} ({:?})",
+                            p.error_code, p.error_message
+                        ))),
+                        None => Ok(None),
+                    };
+                }
+                encode(id, ProduceResponse::header_version(version), &response, version).map(Some)
+            }))
         }
         other => Err(Close::Violation(format!("{other:?} is not served"))),
     }

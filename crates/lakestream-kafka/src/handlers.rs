@@ -22,7 +22,7 @@ use tokio::time::Instant;
 use uuid::Uuid;
 
 use crate::Settings;
-use crate::conn::SERVED;
+use crate::conn::{SERVED, Turn};
 use crate::errors::{admin_code_of, code_of, produce_code_of};
 use crate::topics::{self, Topic};
 
@@ -214,7 +214,13 @@ impl Handler {
         response.with_topics(out)
     }
 
-    pub(crate) async fn produce(&self, request: ProduceRequest, version: i16) -> ProduceResponse {
+    /// `turns` keeps each partition's appends in the order of the connection's requests.
+    pub(crate) async fn produce(
+        &self,
+        request: ProduceRequest,
+        version: i16,
+        mut turns: HashMap<(String, i32), Turn>,
+    ) -> ProduceResponse {
         let admitted = self.admit(Permission::Write);
         let acks_ok = matches!(request.acks, -1..=1);
         let mut topics_out = Vec::with_capacity(request.topic_data.len());
@@ -226,7 +232,16 @@ impl Handler {
             };
             let partitions = data.partition_data.into_iter().map(|p| {
                 let topic = &topic;
+                let turn = turns.remove(&(name.clone(), p.index));
                 async move {
+                    // Held until this append is done; then the next one may go.
+                    let (after, _done) = match turn {
+                        Some(Turn { after, done }) => (after, Some(done)),
+                        None => (None, None),
+                    };
+                    if let Some(after) = after {
+                        after.await;
+                    }
                     let out = produce_response::PartitionProduceResponse::default()
                         .with_index(p.index)
                         .with_log_append_time_ms(-1)
@@ -352,7 +367,7 @@ impl Handler {
         f
     }
 
-    pub(crate) async fn fetch(&self, request: FetchRequest, version: i16) -> FetchResponse {
+    pub(crate) async fn fetch(&self, request: FetchRequest, _version: i16) -> FetchResponse {
         let started = Instant::now();
         let admitted = self.admit(Permission::Read);
         let wait = Duration::from_millis(u64::try_from(request.max_wait_ms).unwrap_or(0))
@@ -460,7 +475,6 @@ impl Handler {
                     .with_partitions(partitions),
             );
         }
-        let _ = version;
         FetchResponse::default().with_responses(responses)
     }
 
