@@ -223,3 +223,29 @@ async fn malformed_frames_close_the_connection_and_write_nothing() {
     assert_eq!(list_offset(&mut setup, "frames", -1).await, (0, 0));
     r.stop().await;
 }
+
+/// Requests sent back to back, as clients pipeline them: the responses come in request order,
+/// and the appends to one partition take offsets in request order.
+#[tokio::test]
+async fn pipelined_produces_keep_request_order() {
+    let r = start().await;
+    let mut c = Client::connect(&r).await;
+    assert_eq!(create_topic(&mut c, "pipelined", 2).await, 0);
+    let mut ids = Vec::new();
+    for i in 0..12 {
+        let value = format!("r{i}");
+        let request = produce_request("pipelined", i % 2, batch(&[&value, &value, &value]), -1);
+        ids.push(c.send(&request, 9).await);
+    }
+    let mut bases = [Vec::new(), Vec::new()];
+    for (i, id) in ids.into_iter().enumerate() {
+        let (got, response) = c.receive::<ProduceRequest>(9).await;
+        assert_eq!(got, id, "responses in request order");
+        let p = &response.responses[0].partition_responses[0];
+        assert_eq!(p.error_code, 0);
+        bases[i % 2].push(p.base_offset);
+    }
+    assert_eq!(bases[0], [0, 3, 6, 9, 12, 15]);
+    assert_eq!(bases[1], [0, 3, 6, 9, 12, 15]);
+    r.stop().await;
+}

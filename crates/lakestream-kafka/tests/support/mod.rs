@@ -130,7 +130,8 @@ impl Client {
             .expect("the server answers or closes within 30 s")
     }
 
-    pub async fn call<R: Request>(&mut self, request: &R, version: i16) -> R::Response {
+    /// Sends a request without waiting for its response; returns its correlation id.
+    pub async fn send<R: Request>(&mut self, request: &R, version: i16) -> i32 {
         let id = self.next_id;
         self.next_id += 1;
         let header = RequestHeader::default()
@@ -145,10 +146,21 @@ impl Client {
         let size = (frame.len() - 4) as i32;
         frame[..4].copy_from_slice(&size.to_be_bytes());
         self.send_frame(&frame).await;
+        id
+    }
+
+    /// The next response, as a response of `R` at `version`, with its correlation id.
+    pub async fn receive<R: Request>(&mut self, version: i16) -> (i32, R::Response) {
         let mut body = self.read_frame().await.expect("a response, not a closed connection");
         let header = ResponseHeader::decode(&mut body, R::Response::header_version(version)).unwrap();
-        assert_eq!(header.correlation_id, id);
-        R::Response::decode(&mut body, version).unwrap()
+        (header.correlation_id, R::Response::decode(&mut body, version).unwrap())
+    }
+
+    pub async fn call<R: Request>(&mut self, request: &R, version: i16) -> R::Response {
+        let id = self.send(request, version).await;
+        let (got, response) = self.receive::<R>(version).await;
+        assert_eq!(got, id);
+        response
     }
 
     pub async fn is_closed(&mut self) -> bool {
