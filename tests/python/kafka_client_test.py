@@ -9,7 +9,8 @@ expectations are known to be Kafka's:
 Checks: topic creation (and TOPIC_ALREADY_EXISTS on a second), produce with every
 compression codec (none, gzip, snappy, lz4, zstd; idempotence off), consume from earliest
 with keys, values, headers and timestamps intact and offsets contiguous, ListOffsets by
-timestamp, an unknown topic's error, and, given HTTP_URL, the stored entries over HTTP: the
+timestamp, an unknown topic's error, CreatePartitions (and INVALID_PARTITIONS for fewer),
+DeleteTopics, and, given HTTP_URL, the stored entries over HTTP: the
 record batches as the client sent them (codec bits kept, records counted), uncompressed
 ones decoded record by record; given COMPACTED_DIR (a local `storage.compacted` root), that
 every entry is also in the Parquet files the compactor wrote, read with pyarrow.
@@ -26,7 +27,7 @@ import urllib.request
 import uuid
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic
 
 CODECS = ["none", "gzip", "snappy", "lz4", "zstd"]
 CODEC_BITS = {"none": 0, "gzip": 1, "snappy": 2, "lz4": 3, "zstd": 4}
@@ -303,8 +304,24 @@ def main():
     check(err is not None and err.code() == KafkaError.UNKNOWN_TOPIC_OR_PART, f"unknown topic error, got {err}")
     consumer.close()
 
-    # DeleteTopics.
+    # CreatePartitions: 1 to 3; fewer than there are is INVALID_PARTITIONS.
+    admin.create_partitions([NewPartitions(dup, 3)])[dup].result(timeout=30)
+    deadline = time.time() + 30
+    while len(admin.list_topics(topic=dup, timeout=30).topics[dup].partitions) != 3 and time.time() < deadline:
+        time.sleep(0.5)
+    check(len(admin.list_topics(topic=dup, timeout=30).topics[dup].partitions) == 3, "3 partitions after CreatePartitions")
+    try:
+        admin.create_partitions([NewPartitions(dup, 2)])[dup].result(timeout=30)
+        check(False, "shrinking a topic fails")
+    except KafkaException as e:
+        check(e.args[0].code() == KafkaError.INVALID_PARTITIONS, f"INVALID_PARTITIONS, got {e}")
+
+    # DeleteTopics; the topic is gone then.
     admin.delete_topics([dup])[dup].result(timeout=30)
+    deadline = time.time() + 30
+    while dup in admin.list_topics(timeout=30).topics and time.time() < deadline:
+        time.sleep(0.5)
+    check(dup not in admin.list_topics(timeout=30).topics, "a deleted topic is not listed")
 
     if failures:
         print(f"0 passed, {len(failures)} failed")
