@@ -2,7 +2,7 @@
 //!
 //! A frame is a 4-byte big-endian size and that many bytes. A connection processes up to
 //! [`MAX_IN_FLIGHT`] requests at once and answers them in request order, keeping each
-//! partition's appends in request order too ([`PartitionOrder`]); it is closed, with nothing
+//! partition's appends in request order too (`crate::appends`); it is closed, with nothing
 //! answered (after the requests before it), on a frame whose size is negative or above
 //! `kafka.max_request_bytes`, on an unknown API key, on a version of an API other than
 //! ApiVersions that is not served, and on a request that does not decode. An ApiVersions
@@ -16,9 +16,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
-use futures::FutureExt as _;
 use futures::StreamExt as _;
-use futures::future::{BoxFuture, Shared};
 use futures::stream::FuturesOrdered;
 use kafka_protocol::messages::{ApiKey, ApiVersionsResponse, RequestHeader, ResponseHeader};
 use kafka_protocol::protocol::{Decodable, Encodable, HeaderVersion, decode_request_header_from_buffer};
@@ -26,10 +24,11 @@ use lakestream_server::api::Api;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::tcp::OwnedReadHalf;
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{mpsc, oneshot, watch};
+use tokio::sync::{mpsc, watch};
 use tracing::{debug, info, warn};
 
 use crate::Settings;
+use crate::appends::PartitionQueues;
 use crate::handlers::{self, Handler};
 
 /// Accepts connections until `shutdown` resolves, then waits for them to finish.
@@ -91,11 +90,14 @@ impl From<std::io::Error> for Close {
     }
 }
 
-/// How many requests of one connection are processed at once; the responses still go out in
-/// request order. Kafka's broker takes one at a time, which costs it little as its appends
-/// take well under a millisecond; an append here waits for an object-store PUT, so a client
-/// pipelining produce requests (librdkafka, the Java client) would otherwise queue behind it.
-const MAX_IN_FLIGHT: usize = 32;
+/// How many requests of one connection are processed at once, and how many of their bytes;
+/// the responses still go out in request order. Kafka's broker takes one at a time, which
+/// costs it little as its appends take well under a millisecond; an append here waits for an
+/// object-store PUT, so a client pipelining small produce requests (librdkafka, the Java
+/// client) needs many in flight, which `crate::appends` then commits in groups.
+const MAX_IN_FLIGHT: usize = 1024;
+/// See [`MAX_IN_FLIGHT`]; one larger request is still taken when none is in flight.
+const MAX_IN_FLIGHT_BYTES: usize = 64 << 20;
 
 /// A request being processed: its response frame, `None` when none is due (acks=0), or why
 /// the connection must close.
@@ -141,10 +143,13 @@ async fn read_frames(
 async fn connection(socket: TcpStream, peer: SocketAddr, handler: Handler, stopped: watch::Receiver<bool>) {
     debug!(%peer, "Kafka connection opened");
     let (read_half, mut write_half) = socket.into_split();
-    let (frames_tx, mut frames) = mpsc::channel(MAX_IN_FLIGHT);
+    let (frames_tx, mut frames) = mpsc::channel(64);
     let reader = tokio::spawn(read_frames(read_half, handler.settings.max_request_bytes, frames_tx, stopped));
-    let mut order = PartitionOrder::default();
+    let mut order = PartitionQueues::default();
     let mut in_flight: FuturesOrdered<Pending> = FuturesOrdered::new();
+    // The frame size of each request in flight, in request order, and their sum.
+    let mut sizes: std::collections::VecDeque<usize> = std::collections::VecDeque::new();
+    let mut in_flight_bytes = 0usize;
     // Set once no more requests are taken: the peer closed, the service is stopping, or a
     // request broke the protocol (then the connection closes once the requests before it
     // are answered, as a broker taking one request at a time would have answered them).
@@ -153,29 +158,44 @@ async fn connection(socket: TcpStream, peer: SocketAddr, handler: Handler, stopp
     let outcome = loop {
         tokio::select! {
             biased;
-            Some(done) = in_flight.next(), if !in_flight.is_empty() => match done {
-                Ok(Some(response)) => {
-                    if let Err(e) = write_half.write_all(&response).await {
-                        break Close::from(e);
+            Some(done) = in_flight.next(), if !in_flight.is_empty() => {
+                in_flight_bytes -= sizes.pop_front().unwrap_or(0);
+                match done {
+                    Ok(Some(response)) => {
+                        if let Err(e) = write_half.write_all(&response).await {
+                            break Close::from(e);
+                        }
                     }
+                    Ok(None) => {} // acks=0: no response
+                    Err(close) => break close,
                 }
-                Ok(None) => {} // acks=0: no response
-                Err(close) => break close,
-            },
-            frame = frames.recv(), if reading && in_flight.len() < MAX_IN_FLIGHT => match frame {
-                Some(Ok(frame)) => match prepare(&handler, frame, &mut order) {
-                    Ok(pending) => in_flight.push_back(pending),
-                    Err(close) => {
+            }
+            frame = frames.recv(), if reading
+                && in_flight.len() < MAX_IN_FLIGHT
+                && (in_flight_bytes < MAX_IN_FLIGHT_BYTES || in_flight.is_empty()) =>
+            {
+                match frame {
+                    Some(Ok(frame)) => {
+                        let size = frame.len();
+                        match prepare(&handler, frame, &mut order) {
+                            Ok(pending) => {
+                                in_flight.push_back(pending);
+                                sizes.push_back(size);
+                                in_flight_bytes += size;
+                            }
+                            Err(close) => {
+                                reading = false;
+                                closing = close;
+                            }
+                        }
+                    }
+                    Some(Err(close)) => {
                         reading = false;
                         closing = close;
                     }
-                },
-                Some(Err(close)) => {
-                    reading = false;
-                    closing = close;
+                    None => reading = false,
                 }
-                None => reading = false,
-            },
+            }
             else => break std::mem::replace(&mut closing, Close::Done),
         }
     };
@@ -186,33 +206,6 @@ async fn connection(socket: TcpStream, peer: SocketAddr, handler: Handler, stopp
         Close::Io(e) => debug!(%peer, error = %e, "Kafka connection failed"),
     }
     let _ = write_half.shutdown().await;
-}
-
-/// Keeps one connection's appends to a partition in request order while requests are
-/// processed at once: each produce waits, per partition, for the previous request's append
-/// to that partition to finish (Kafka appends a connection's batches in the order sent).
-#[derive(Default)]
-pub(crate) struct PartitionOrder {
-    last: HashMap<(String, i32), Shared<BoxFuture<'static, ()>>>,
-}
-
-/// A produce's turn on one partition: what to wait for, and what to drop when done.
-pub(crate) struct Turn {
-    /// The previous append to the partition on this connection.
-    pub after: Option<Shared<BoxFuture<'static, ()>>>,
-    /// Dropped when this append is done, which lets the next one go.
-    pub done: oneshot::Sender<()>,
-}
-
-impl PartitionOrder {
-    fn take_turn(&mut self, topic: &str, partition: i32) -> Turn {
-        let (done, finished) = oneshot::channel::<()>();
-        let next = finished.map(drop).boxed().shared();
-        let after = self.last.insert((topic.to_owned(), partition), next);
-        // A finished predecessor is nothing to wait for.
-        let after = after.filter(|f| f.peek().is_none());
-        Turn { after, done }
-    }
 }
 
 /// The served version range of each API, in ApiVersions order.
@@ -241,7 +234,7 @@ fn served_range(key: ApiKey) -> Option<(i16, i16)> {
 
 /// Decodes one request frame and starts its processing, or says why the connection must
 /// close.
-fn prepare(handler: &Handler, mut frame: Bytes, order: &mut PartitionOrder) -> Result<Pending, Close> {
+fn prepare(handler: &Handler, mut frame: Bytes, order: &mut PartitionQueues) -> Result<Pending, Close> {
     if frame.len() < 8 {
         return Err(Close::Violation(format!(
             "a {}-byte request frame holds no request header",
@@ -307,7 +300,7 @@ fn dispatch(
     version: i16,
     header: &RequestHeader,
     body: Bytes,
-    order: &mut PartitionOrder,
+    order: &mut PartitionQueues,
 ) -> Result<Pending, Close> {
     use kafka_protocol::messages::*;
     let id = header.correlation_id;
@@ -336,21 +329,24 @@ fn dispatch(
             answer!(FindCoordinatorRequest, FindCoordinatorResponse, find_coordinator)
         }
         ApiKey::Produce => {
-            let request: ProduceRequest = decode(key, version, body)?;
-            // Turns are taken now, in request order, so that appends keep it.
-            let mut turns = HashMap::new();
-            for t in &request.topic_data {
-                for p in &t.partition_data {
-                    let at = (t.name.0.to_string(), p.index);
-                    if let std::collections::hash_map::Entry::Vacant(slot) = turns.entry(at) {
-                        let (topic, partition) = slot.key().clone();
-                        slot.insert(order.take_turn(&topic, partition));
+            let mut request: ProduceRequest = decode(key, version, body)?;
+            // Batches are queued now, in request order, so that appends keep it.
+            let mut outcomes = HashMap::new();
+            if matches!(request.acks, -1..=1) {
+                for t in &mut request.topic_data {
+                    let topic = t.name.0.to_string();
+                    for p in &mut t.partition_data {
+                        if let std::collections::hash_map::Entry::Vacant(slot) =
+                            outcomes.entry((topic.clone(), p.index))
+                        {
+                            slot.insert(order.enqueue(&handler, &topic, p.index, p.records.take()));
+                        }
                     }
                 }
             }
             Ok(Box::pin(async move {
                 let acks = request.acks;
-                let response = handler.produce(request, version, turns).await;
+                let response = handler.produce(request, version, outcomes).await;
                 if acks == 0 {
                     // No response is due; as Kafka does, a failure closes the connection, the
                     // only way to tell such a client.

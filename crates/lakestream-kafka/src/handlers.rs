@@ -18,11 +18,13 @@ use lakestream_server::api::{
     Api, ApiError, ApiResult, ErrorKind, FetchParams, Offsets, PartitionRef, ProduceInput,
 };
 use lakestream_server::auth::Permission;
+use tokio::sync::oneshot;
 use tokio::time::Instant;
 use uuid::Uuid;
 
 use crate::Settings;
-use crate::conn::{SERVED, Turn};
+use crate::appends::{AppendResult, Queued};
+use crate::conn::SERVED;
 use crate::errors::{admin_code_of, code_of, produce_code_of};
 use crate::topics::{self, Topic};
 
@@ -214,34 +216,23 @@ impl Handler {
         response.with_topics(out)
     }
 
-    /// `turns` keeps each partition's appends in the order of the connection's requests.
+    /// Answers a produce whose batches were queued when it was decoded (`crate::appends`);
+    /// `outcomes` are their appends' outcomes, by topic and partition (none when `acks` is
+    /// invalid).
     pub(crate) async fn produce(
         &self,
         request: ProduceRequest,
         version: i16,
-        mut turns: HashMap<(String, i32), Turn>,
+        mut outcomes: HashMap<(String, i32), oneshot::Receiver<AppendResult>>,
     ) -> ProduceResponse {
-        let admitted = self.admit(Permission::Write);
         let acks_ok = matches!(request.acks, -1..=1);
         let mut topics_out = Vec::with_capacity(request.topic_data.len());
         for data in request.topic_data {
             let name = data.name.0.to_string();
-            let topic = match &admitted {
-                Err(e) => Err(e.clone()),
-                Ok(()) => self.topic(&name, false).await,
-            };
             let partitions = data.partition_data.into_iter().map(|p| {
-                let topic = &topic;
-                let turn = turns.remove(&(name.clone(), p.index));
+                let outcome = outcomes.remove(&(name.clone(), p.index));
+                let name = &name;
                 async move {
-                    // Held until this append is done; then the next one may go.
-                    let (after, _done) = match turn {
-                        Some(Turn { after, done }) => (after, Some(done)),
-                        None => (None, None),
-                    };
-                    if let Some(after) = after {
-                        after.await;
-                    }
                     let out = produce_response::PartitionProduceResponse::default()
                         .with_index(p.index)
                         .with_log_append_time_ms(-1)
@@ -256,28 +247,18 @@ impl Handler {
                             format!("acks {} is not 0, 1 or -1", request.acks),
                         );
                     }
-                    let topic = match topic {
-                        Ok(t) => t,
-                        Err(e) => return fail(code_of(e), e.message().to_owned()),
-                    };
-                    let Some(records) = p.records.filter(|r| !r.is_empty()) else {
-                        return fail(ResponseError::InvalidRecord.code(), "no record batches".into());
-                    };
-                    let Ok(partition) = usize::try_from(p.index) else {
+                    let Some(outcome) = outcome else {
                         return fail(
-                            ResponseError::UnknownTopicOrPartition.code(),
-                            format!("partition {} does not exist", p.index),
+                            ResponseError::InvalidRequest.code(),
+                            format!("partition {} of {name:?} is named twice", p.index),
                         );
                     };
-                    let target = PartitionRef { namespace: NAMESPACE, stream: &topic.stream, partition };
-                    let input = ProduceInput::KafkaBatches { payload: records, record_count: None };
-                    match self.api.produce(target, input).await {
-                        Ok(outcomes) => match outcomes.into_iter().next() {
-                            Some(Ok(ack)) => out.with_base_offset(ack.offset as i64),
-                            Some(Err(e)) => fail(produce_code_of(&e.error), e.error.message().to_owned()),
-                            None => fail(ResponseError::UnknownServerError.code(), "no outcome".into()),
-                        },
-                        Err(e) => fail(produce_code_of(&e), e.message().to_owned()),
+                    match outcome.await {
+                        Ok(Ok(base)) => out.with_base_offset(base),
+                        Ok(Err((code, message))) => fail(code, message),
+                        Err(_) => {
+                            fail(ResponseError::UnknownServerError.code(), "the append was dropped".into())
+                        }
                     }
                 }
             });
@@ -289,6 +270,78 @@ impl Handler {
             );
         }
         ProduceResponse::default().with_responses(topics_out)
+    }
+
+    /// Appends a group of queued batches for one partition as one entry and answers each.
+    /// A request whose batches are not valid is answered `INVALID_RECORD` alone; the others
+    /// still go.
+    pub(crate) async fn append_group(&self, topic: &str, partition: i32, group: Vec<Queued>) {
+        let fail_all = |group: Vec<Queued>, code: i16, message: &str| {
+            for q in group {
+                let _ = q.reply.send(Err((code, message.to_owned())));
+            }
+        };
+        if let Err(e) = self.admit(Permission::Write) {
+            return fail_all(group, code_of(&e), e.message());
+        }
+        let topic = match self.topic(topic, false).await {
+            Ok(t) => t,
+            Err(e) => return fail_all(group, code_of(&e), e.message()),
+        };
+        let Some(index) = usize::try_from(partition).ok().filter(|i| *i < topic.partitions) else {
+            let message = format!("topic {:?} has no partition {partition}", topic.name);
+            return fail_all(group, ResponseError::UnknownTopicOrPartition.code(), &message);
+        };
+        // Each request's batches are checked alone, so that one bad request fails alone.
+        let mut valid = Vec::with_capacity(group.len());
+        for q in group {
+            let Some(records) = q.records.filter(|r| !r.is_empty()) else {
+                let _ = q.reply.send(Err((ResponseError::InvalidRecord.code(), "no record batches".into())));
+                continue;
+            };
+            match lakestream_format::kafka::count_records(&records) {
+                Ok(count) => valid.push((records, count, q.reply)),
+                Err(e) => {
+                    let message = format!("not valid Kafka record batches: {e}");
+                    let _ = q.reply.send(Err((ResponseError::InvalidRecord.code(), message)));
+                }
+            }
+        }
+        if valid.is_empty() {
+            return;
+        }
+        let payload = if valid.len() == 1 {
+            valid[0].0.clone()
+        } else {
+            let mut joined = BytesMut::with_capacity(valid.iter().map(|(r, _, _)| r.len()).sum());
+            for (records, _, _) in &valid {
+                joined.extend_from_slice(records);
+            }
+            joined.freeze()
+        };
+        let target = PartitionRef { namespace: NAMESPACE, stream: &topic.stream, partition: index };
+        let input = ProduceInput::KafkaBatches { payload, record_count: None };
+        let outcome = match self.api.produce(target, input).await {
+            Ok(outcomes) => match outcomes.into_iter().next() {
+                Some(Ok(ack)) => Ok(ack.offset as i64),
+                Some(Err(e)) => Err(e.error),
+                None => Err(ApiError::new(ErrorKind::Internal, "the append gave no outcome")),
+            },
+            Err(e) => Err(e),
+        };
+        match outcome {
+            Ok(mut base) => {
+                for (_, count, reply) in valid {
+                    let _ = reply.send(Ok(base));
+                    base += i64::from(count);
+                }
+            }
+            Err(e) => {
+                for (_, _, reply) in valid {
+                    let _ = reply.send(Err((produce_code_of(&e), e.message().to_owned())));
+                }
+            }
+        }
     }
 
     /// One read of a partition from `from`, waiting up to `wait` when nothing is there.

@@ -7,8 +7,9 @@
 //!   identity); a partition is one of its logs. Appends are leaderless, so this process
 //!   answers Metadata as the leader of every partition, and any number of front-end processes
 //!   may serve the same topics.
-//! * Produce stores each partition's record batches (magic 2, compression as sent) as one
-//!   entry, checked and counted by the binding; Fetch returns whole entries with their
+//! * Produce stores each partition's record batches (magic 2, compression as sent) in one
+//!   entry — with those of the connection's other requests queued for the partition at the
+//!   same time — checked and counted by the binding; Fetch returns whole entries with their
 //!   batches' base offsets rewritten, whether they are still in the WAL or compacted.
 //! * Served: ApiVersions, Metadata, Produce, Fetch, ListOffsets, CreateTopics, DeleteTopics,
 //!   CreatePartitions. Idempotent and transactional producers and consumer groups are not
@@ -34,6 +35,7 @@
 //! [`lakestream_server::serve_all_with`], which runs it beside the HTTP and gRPC listeners.
 #![deny(missing_docs)]
 
+mod appends;
 mod conn;
 mod errors;
 mod handlers;

@@ -225,7 +225,8 @@ async fn malformed_frames_close_the_connection_and_write_nothing() {
 }
 
 /// Requests sent back to back, as clients pipeline them: the responses come in request order,
-/// and the appends to one partition take offsets in request order.
+/// the appends to one partition take offsets in request order (several requests' batches may
+/// share an entry), and a request with bad batches among them fails alone.
 #[tokio::test]
 async fn pipelined_produces_keep_request_order() {
     let r = start().await;
@@ -234,7 +235,9 @@ async fn pipelined_produces_keep_request_order() {
     let mut ids = Vec::new();
     for i in 0..12 {
         let value = format!("r{i}");
-        let request = produce_request("pipelined", i % 2, batch(&[&value, &value, &value]), -1);
+        let records =
+            if i == 6 { Bytes::from_static(b"not a batch") } else { batch(&[&value, &value, &value]) };
+        let request = produce_request("pipelined", i % 2, records, -1);
         ids.push(c.send(&request, 9).await);
     }
     let mut bases = [Vec::new(), Vec::new()];
@@ -242,10 +245,30 @@ async fn pipelined_produces_keep_request_order() {
         let (got, response) = c.receive::<ProduceRequest>(9).await;
         assert_eq!(got, id, "responses in request order");
         let p = &response.responses[0].partition_responses[0];
+        if i == 6 {
+            assert_eq!(p.error_code, INVALID_RECORD);
+            continue;
+        }
         assert_eq!(p.error_code, 0);
         bases[i % 2].push(p.base_offset);
     }
-    assert_eq!(bases[0], [0, 3, 6, 9, 12, 15]);
+    assert_eq!(bases[0], [0, 3, 6, 9, 12]);
     assert_eq!(bases[1], [0, 3, 6, 9, 12, 15]);
+    // Every record reads back in request order.
+    let mut offset = 0;
+    let mut values = Vec::new();
+    while offset < 15 {
+        let mut records = fetch(&mut c, "pipelined", offset, 0).await.records.unwrap();
+        for set in RecordBatchDecoder::decode_all(&mut records).unwrap() {
+            let from = offset;
+            for r in set.records.into_iter().filter(|r| r.offset >= from) {
+                offset = r.offset + 1;
+                values.push(String::from_utf8(r.value.unwrap().to_vec()).unwrap());
+            }
+        }
+    }
+    let expected: Vec<String> =
+        [0, 2, 4, 8, 10].iter().flat_map(|i| [format!("r{i}"), format!("r{i}"), format!("r{i}")]).collect();
+    assert_eq!(values, expected);
     r.stop().await;
 }
