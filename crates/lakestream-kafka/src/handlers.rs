@@ -310,37 +310,43 @@ impl Handler {
         if valid.is_empty() {
             return;
         }
-        let payload = if valid.len() == 1 {
-            valid[0].0.clone()
-        } else {
+        let target = PartitionRef { namespace: NAMESPACE, stream: &topic.stream, partition: index };
+        if valid.len() > 1 {
             let mut joined = BytesMut::with_capacity(valid.iter().map(|(r, _, _)| r.len()).sum());
             for (records, _, _) in &valid {
                 joined.extend_from_slice(records);
             }
-            joined.freeze()
-        };
-        let target = PartitionRef { namespace: NAMESPACE, stream: &topic.stream, partition: index };
+            match self.append_one(target, joined.freeze()).await {
+                Ok(mut base) => {
+                    for (_, count, reply) in valid {
+                        let _ = reply.send(Ok(base));
+                        base += i64::from(count);
+                    }
+                    return;
+                }
+                // Together over the largest entry: each alone, in order, below.
+                Err(e) if e.kind() == ErrorKind::TooLarge => {}
+                Err(e) => {
+                    for (_, _, reply) in valid {
+                        let _ = reply.send(Err((produce_code_of(&e), e.message().to_owned())));
+                    }
+                    return;
+                }
+            }
+        }
+        for (records, _, reply) in valid {
+            let outcome = self.append_one(target, records).await;
+            let _ = reply.send(outcome.map_err(|e| (produce_code_of(&e), e.message().to_owned())));
+        }
+    }
+
+    /// Appends one entry of record batches; its first offset.
+    async fn append_one(&self, target: PartitionRef<'_>, payload: Bytes) -> ApiResult<i64> {
         let input = ProduceInput::KafkaBatches { payload, record_count: None };
-        let outcome = match self.api.produce(target, input).await {
-            Ok(outcomes) => match outcomes.into_iter().next() {
-                Some(Ok(ack)) => Ok(ack.offset as i64),
-                Some(Err(e)) => Err(e.error),
-                None => Err(ApiError::new(ErrorKind::Internal, "the append gave no outcome")),
-            },
-            Err(e) => Err(e),
-        };
-        match outcome {
-            Ok(mut base) => {
-                for (_, count, reply) in valid {
-                    let _ = reply.send(Ok(base));
-                    base += i64::from(count);
-                }
-            }
-            Err(e) => {
-                for (_, _, reply) in valid {
-                    let _ = reply.send(Err((produce_code_of(&e), e.message().to_owned())));
-                }
-            }
+        match self.api.produce(target, input).await?.into_iter().next() {
+            Some(Ok(ack)) => Ok(ack.offset as i64),
+            Some(Err(e)) => Err(e.error),
+            None => Err(ApiError::new(ErrorKind::Internal, "the append gave no outcome")),
         }
     }
 

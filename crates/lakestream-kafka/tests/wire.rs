@@ -272,3 +272,36 @@ async fn pipelined_produces_keep_request_order() {
     assert_eq!(values, expected);
     r.stop().await;
 }
+
+/// Pipelined requests whose batches together exceed the writer's largest entry are appended
+/// one by one, in order; one larger than it alone gets MESSAGE_TOO_LARGE.
+#[tokio::test]
+async fn groups_over_the_largest_entry_are_appended_one_by_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = stack_config(dir.path(), &run_id("kafka-groups"));
+    config.writer.max_entry_bytes = 4096;
+    let r = start_with(&config, 1, dir).await;
+    let mut c = Client::connect(&r).await;
+    assert_eq!(create_topic(&mut c, "grouped", 1).await, 0);
+    let value = "v".repeat(3000);
+    let big = "b".repeat(5000);
+    let mut ids = Vec::new();
+    for i in 0..8 {
+        let records = if i == 4 { batch(&[&big]) } else { batch(&[&value]) };
+        ids.push(c.send(&produce_request("grouped", 0, records, -1), 9).await);
+    }
+    let mut bases = Vec::new();
+    for (i, id) in ids.into_iter().enumerate() {
+        let (got, response) = c.receive::<ProduceRequest>(9).await;
+        assert_eq!(got, id);
+        let p = &response.responses[0].partition_responses[0];
+        if i == 4 {
+            assert_eq!(p.error_code, 10, "MESSAGE_TOO_LARGE");
+        } else {
+            assert_eq!(p.error_code, 0, "{:?}", p.error_message);
+            bases.push(p.base_offset);
+        }
+    }
+    assert_eq!(bases, [0, 1, 2, 3, 4, 5, 6]);
+    r.stop().await;
+}
