@@ -77,11 +77,65 @@ install_promtool() {
   apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq prometheus >/dev/null
 }
 
+# kcat, librdkafka's command-line client, for tests/kafka (Debian's `kcat` package).
+install_kcat() {
+  if command -v kcat >/dev/null 2>&1; then return 0; fi
+  log "installing kcat (Debian package kcat) with apt-get (once)"
+  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq kcat >/dev/null
+}
+
+# Apache Kafka 4.4.0 from Maven Central (org.apache.kafka:kafka_2.13 and its dependencies,
+# copied by tests/kafka/broker/pom.xml), the reference broker the Kafka client tests also run
+# against; needs Java 17+ and Maven. Sets APACHE_KAFKA_LIB.
+APACHE_KAFKA_VERSION=4.4.0
+APACHE_KAFKA_LIB="$LAKESTREAM_TOOLS/apache-kafka-$APACHE_KAFKA_VERSION/lib"
+install_apache_kafka() {
+  if [ -f "$APACHE_KAFKA_LIB/kafka_2.13-$APACHE_KAFKA_VERSION.jar" ]; then return 0; fi
+  log "installing Apache Kafka $APACHE_KAFKA_VERSION (Maven Central) into $APACHE_KAFKA_LIB (once)"
+  rm -rf "$APACHE_KAFKA_LIB"
+  (cd "$(dirname "${BASH_SOURCE[0]}")/../tests/kafka/broker" \
+    && mvn -q -B dependency:copy-dependencies -DoutputDirectory="$APACHE_KAFKA_LIB")
+}
+
+# Starts Apache Kafka as a single-node KRaft broker (broker and controller, replication
+# factors 1) on loopback over a fresh directory; sets APACHE_KAFKA_BOOTSTRAP and
+# APACHE_KAFKA_PID.
+start_apache_kafka() {
+  local dir=$1 port controller
+  port=$(free_port)
+  controller=$(free_port)
+  mkdir -p "$dir"
+  cat >"$dir/server.properties" <<PROPERTIES
+process.roles=broker,controller
+node.id=1
+controller.quorum.voters=1@127.0.0.1:$controller
+listeners=PLAINTEXT://127.0.0.1:$port,CONTROLLER://127.0.0.1:$controller
+advertised.listeners=PLAINTEXT://127.0.0.1:$port
+controller.listener.names=CONTROLLER
+listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT
+log.dirs=$dir/logs
+num.partitions=1
+offsets.topic.replication.factor=1
+transaction.state.log.replication.factor=1
+transaction.state.log.min.isr=1
+share.coordinator.state.topic.replication.factor=1
+share.coordinator.state.topic.min.isr=1
+group.initial.rebalance.delay.ms=0
+PROPERTIES
+  java -cp "$APACHE_KAFKA_LIB/*" kafka.tools.StorageTool format -t "$(python3 -c 'import base64, uuid; print(base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("="))')" \
+    -c "$dir/server.properties" >"$dir/format.log" 2>&1 || { cat "$dir/format.log" >&2; return 1; }
+  java -Xmx512m -cp "$APACHE_KAFKA_LIB/*" kafka.Kafka "$dir/server.properties" >"$dir/broker.log" 2>&1 &
+  APACHE_KAFKA_PID=$!
+  wait_for_port 127.0.0.1 "$port" 90 "Apache Kafka" || { tail -50 "$dir/broker.log" >&2; return 1; }
+  APACHE_KAFKA_BOOTSTRAP="127.0.0.1:$port"
+  log "Apache Kafka $APACHE_KAFKA_VERSION on $APACHE_KAFKA_BOOTSTRAP (pid $APACHE_KAFKA_PID)"
+}
+
 install_python_tools() {
-  if [ -x "$PYENV_DIR/bin/python" ] && "$PYENV_DIR/bin/python" -c 'import pyarrow, kafka, cloudevents.core, openapi_spec_validator' 2>/dev/null; then
+  if [ -x "$PYENV_DIR/bin/python" ] && "$PYENV_DIR/bin/python" -c 'import pyarrow, kafka, confluent_kafka, cloudevents.core, openapi_spec_validator' 2>/dev/null; then
     return 0
   fi
-  log "creating the Python test environment in $PYENV_DIR (pyarrow, kafka-python, cloudevents, openapi-spec-validator)"
+  log "creating the Python test environment in $PYENV_DIR (pyarrow, kafka-python, confluent-kafka, cloudevents, openapi-spec-validator)"
   python3 -m venv "$PYENV_DIR"
   "$PYENV_DIR/bin/pip" install --quiet --disable-pip-version-check -r "$(dirname "${BASH_SOURCE[0]}")/../tests/python/requirements.txt"
 }

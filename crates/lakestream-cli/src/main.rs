@@ -51,6 +51,9 @@ enum Command {
         /// Where the gRPC API listens, or `off`.
         #[arg(long, default_value = "127.0.0.1:9090", env = "LAKESTREAM_GRPC_ADDR")]
         grpc_addr: GrpcAddr,
+        /// Where the Kafka wire protocol is served, or `off`.
+        #[arg(long, default_value = "127.0.0.1:9092")]
+        kafka_addr: GrpcAddr,
         /// How long CloudEvents ingest deduplicates retries (source + id), at most 24h.
         #[arg(long, env = "LAKESTREAM_CLOUDEVENTS_DEDUP_WINDOW", value_parser = lakestream_server::config::parse_duration)]
         cloudevents_dedup_window: Option<std::time::Duration>,
@@ -587,7 +590,7 @@ fn main() -> ExitCode {
 
 fn load_config(command: &Command) -> Result<ServerConfig, String> {
     let config = match command {
-        Command::Dev { data_dir, http_addr, grpc_addr, cloudevents_dedup_window } => {
+        Command::Dev { data_dir, http_addr, grpc_addr, kafka_addr, cloudevents_dedup_window } => {
             // The dev defaults as a document, then the environment, then the flags.
             let text = ServerConfig::dev_toml(data_dir, *http_addr);
             let mut c =
@@ -595,6 +598,7 @@ fn load_config(command: &Command) -> Result<ServerConfig, String> {
                     .map_err(|e| e.to_string())?;
             c.http.addr = *http_addr;
             c.grpc.addr = grpc_addr.0;
+            c.kafka.addr = kafka_addr.0;
             if let Some(window) = cloudevents_dedup_window {
                 c.cloudevents.dedup_window = *window;
             }
@@ -620,9 +624,20 @@ async fn run(config: ServerConfig, dev: bool) -> Result<(), String> {
         shutdown_signal().await;
         tracing::info!("shutting down: publishing pending appends and releasing leases");
     };
-    lakestream_server::serve_all(
+    // The Kafka front end is bound first, so that a taken port fails the start.
+    let mut front_ends = Vec::new();
+    let mut kafka_at = None;
+    if config.kafka.addr.is_some() {
+        let kafka = lakestream_kafka::KafkaFrontEnd::bind(&config.kafka, config.http.max_fetch_wait)
+            .await
+            .map_err(|e| format!("server: {e}"))?;
+        kafka_at = Some(kafka.local_addr());
+        front_ends.push(kafka.into_front_end());
+    }
+    lakestream_server::serve_all_with(
         &config,
         stack,
+        front_ends,
         |at| {
             let addr = at.http;
             if dev {
@@ -631,6 +646,9 @@ async fn run(config: ServerConfig, dev: bool) -> Result<(), String> {
             println!("  HTTP API:  http://{addr}/v1/namespaces");
             if let Some(grpc) = at.grpc {
                 println!("  gRPC API:  http://{grpc} (lakestream.v1.Lakestream)");
+            }
+            if let Some(kafka) = kafka_at {
+                println!("  Kafka:     {kafka} (bootstrap.servers; see docs/kafka.md)");
             }
             println!("  metrics:   http://{addr}/metrics");
             println!("  health:    http://{addr}/healthz");
@@ -657,6 +675,10 @@ struct ServeArgs {
     /// LAKESTREAM_GRPC_ADDR).
     #[arg(long)]
     grpc_addr: Option<GrpcAddr>,
+    /// Where the Kafka wire protocol is served, or `off` (overrides `[kafka] addr` and
+    /// LAKESTREAM_KAFKA__ADDR).
+    #[arg(long)]
+    kafka_addr: Option<GrpcAddr>,
     /// How long CloudEvents ingest deduplicates retries, at most 24h (overrides
     /// `[cloudevents] dedup_window` and LAKESTREAM_CLOUDEVENTS_DEDUP_WINDOW).
     #[arg(long, value_parser = lakestream_server::config::parse_duration)]
@@ -677,6 +699,9 @@ impl ServeArgs {
         }
         if let Some(GrpcAddr(addr)) = self.grpc_addr {
             c.grpc.addr = addr;
+        }
+        if let Some(GrpcAddr(addr)) = self.kafka_addr {
+            c.kafka.addr = addr;
         }
         if let Some(window) = self.cloudevents_dedup_window {
             c.cloudevents.dedup_window = window;
@@ -708,7 +733,7 @@ fn process_env() -> impl Iterator<Item = (String, String)> {
         .filter_map(|(name, value)| Some((name.into_string().ok()?, value.to_string_lossy().into_owned())))
 }
 
-/// A `--grpc-addr` value: `host:port`, or `off` for no gRPC listener.
+/// A `--grpc-addr` or `--kafka-addr` value: `host:port`, or `off` for no such listener.
 #[derive(Debug, Clone, Copy)]
 struct GrpcAddr(Option<SocketAddr>);
 

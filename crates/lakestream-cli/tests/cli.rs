@@ -26,7 +26,7 @@ fn start_dev() -> Dev {
     let dir = tempfile::tempdir().unwrap();
     let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
     let child = Command::new(BIN)
-        .args(["dev", "--http-addr", &format!("127.0.0.1:{port}")])
+        .args(["dev", "--kafka-addr", "off", "--http-addr", &format!("127.0.0.1:{port}")])
         .current_dir(dir.path())
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
@@ -100,6 +100,8 @@ fn json_logs_carry_the_request_id() {
             "--log-format",
             "json",
             "--grpc-addr",
+            "off",
+            "--kafka-addr",
             "off",
             "--http-addr",
             &format!("127.0.0.1:{port}"),
@@ -248,7 +250,7 @@ fn request_spans_are_exported_over_otlp() {
 fn dev_applies_the_environment_rule() {
     let dir = tempfile::tempdir().unwrap();
     let out = Command::new(BIN)
-        .args(["dev", "--http-addr", "127.0.0.1:1", "--grpc-addr", "off"])
+        .args(["dev", "--http-addr", "127.0.0.1:1", "--grpc-addr", "off", "--kafka-addr", "off"])
         .env("LAKESTREAM_WRITER__FLUSH_WINDOW", "soon")
         .current_dir(dir.path())
         .output()

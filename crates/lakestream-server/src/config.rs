@@ -26,6 +26,8 @@ pub struct ServerConfig {
     pub http: HttpConfig,
     /// The gRPC API.
     pub grpc: GrpcConfig,
+    /// The Kafka wire-protocol front end (`lakestream-kafka`).
+    pub kafka: KafkaConfig,
     /// Which roles this process serves.
     pub roles: RolesConfig,
     /// The metadata store.
@@ -179,6 +181,43 @@ pub struct GrpcConfig {
 impl Default for GrpcConfig {
     fn default() -> Self {
         GrpcConfig { addr: None, max_message_bytes: 16 << 20 }
+    }
+}
+
+/// The Kafka wire-protocol front end's settings (served by the `lakestream-kafka` crate over
+/// the same service layer as the HTTP and gRPC APIs; see `docs/kafka.md`).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct KafkaConfig {
+    /// Where to listen; absent (the default) serves no Kafka. `lakestream dev` listens on
+    /// `127.0.0.1:9092`.
+    pub addr: Option<SocketAddr>,
+    /// The `host:port` clients are told to connect to (Metadata's broker address): set it
+    /// when clients reach this process through another name, as in containers. Default: the
+    /// bound address.
+    pub advertised_listener: Option<String>,
+    /// This process's broker id in Metadata; give each front-end process its own.
+    pub node_id: i32,
+    /// The largest request frame accepted; a larger one closes the connection before any of
+    /// it is read, as Kafka's `socket.request.max.bytes` does. Default 100 MiB, Kafka's.
+    pub max_request_bytes: usize,
+    /// Whether Metadata and Produce create a topic a client names that does not exist
+    /// (Kafka's `auto.create.topics.enable`, on by default there too).
+    pub auto_create_topics: bool,
+    /// Partitions of an automatically created topic, and of CreateTopics with `-1`.
+    pub default_partitions: u32,
+}
+
+impl Default for KafkaConfig {
+    fn default() -> Self {
+        KafkaConfig {
+            addr: None,
+            advertised_listener: None,
+            node_id: 1,
+            max_request_bytes: 100 << 20,
+            auto_create_topics: true,
+            default_partitions: 1,
+        }
     }
 }
 
@@ -795,6 +834,24 @@ impl ServerConfig {
         if self.grpc.max_message_bytes == 0 {
             return Err(invalid("grpc.max_message_bytes", &"must be greater than 0"));
         }
+        if self.kafka.max_request_bytes < 1024 || self.kafka.max_request_bytes > i32::MAX as usize {
+            return Err(invalid("kafka.max_request_bytes", &"must be between 1024 and 2^31-1"));
+        }
+        if self.kafka.default_partitions == 0 {
+            return Err(invalid("kafka.default_partitions", &"must be at least 1"));
+        }
+        if self.kafka.node_id < 0 {
+            return Err(invalid("kafka.node_id", &"must not be negative"));
+        }
+        if let Some(listener) = &self.kafka.advertised_listener {
+            let port = listener.rsplit_once(':').and_then(|(host, port)| {
+                (!host.is_empty()).then_some(())?;
+                port.parse::<u16>().ok()
+            });
+            if port.is_none() {
+                return Err(invalid("kafka.advertised_listener", &format!("{listener:?} is not host:port")));
+            }
+        }
         if self.http.max_body_bytes == 0 {
             return Err(invalid("http.max_body_bytes", &"must be greater than 0"));
         }
@@ -1246,6 +1303,38 @@ mod tests {
         let err =
             ServerConfig::from_toml("[listener]\nidle_timeot = \"1s\"\n", Path::new("x.toml")).unwrap_err();
         assert!(err.to_string().contains("idle_timeot"), "{err}");
+    }
+
+    #[test]
+    fn kafka_is_off_unless_an_address_is_given_and_its_settings_are_checked() {
+        let defaults = ServerConfig::default().kafka;
+        assert!(defaults.addr.is_none());
+        assert_eq!((defaults.node_id, defaults.max_request_bytes), (1, 100 << 20));
+        let config = ServerConfig::from_toml(
+            "[kafka]\naddr = \"127.0.0.1:9192\"\nadvertised_listener = \"lakestream:9092\"\nnode_id = 3\n",
+            Path::new("x.toml"),
+        )
+        .unwrap();
+        assert_eq!(config.kafka.addr.map(|a| a.port()), Some(9192));
+        assert_eq!(config.kafka.advertised_listener.as_deref(), Some("lakestream:9092"));
+        assert_eq!(config.kafka.node_id, 3);
+        config.validate().unwrap();
+        let unknown = ServerConfig::from_toml("[kafka]\nadress = \"x\"\n", Path::new("x.toml"));
+        assert!(unknown.unwrap_err().to_string().contains("adress"));
+        for (change, key) in [
+            (
+                (|c: &mut KafkaConfig| c.advertised_listener = Some("no-port".into()))
+                    as fn(&mut KafkaConfig),
+                "kafka.advertised_listener",
+            ),
+            (|c: &mut KafkaConfig| c.max_request_bytes = 10, "kafka.max_request_bytes"),
+            (|c: &mut KafkaConfig| c.default_partitions = 0, "kafka.default_partitions"),
+            (|c: &mut KafkaConfig| c.node_id = -1, "kafka.node_id"),
+        ] {
+            let mut bad = config.clone();
+            change(&mut bad.kafka);
+            assert!(bad.validate().unwrap_err().to_string().contains(key), "{key}");
+        }
     }
 
     #[test]

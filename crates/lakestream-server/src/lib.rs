@@ -48,14 +48,36 @@ pub async fn serve(
     serve_all(config, stack, |at| on_listening(at.http), shutdown).await
 }
 
+/// A future a front end runs until it has shut down.
+pub type FrontEndTask = std::pin::Pin<Box<dyn Future<Output = ()> + Send + 'static>>;
+
+/// A front end served beside the HTTP and gRPC APIs over the same service layer (the Kafka
+/// wire protocol of `lakestream-kafka`): given the [`api::Api`] and a future that resolves
+/// when the listeners should stop accepting, it returns the task that serves until then and
+/// lets open requests finish. It is started with the other listeners and awaited before the
+/// writer closes.
+pub type FrontEnd = Box<dyn FnOnce(api::Api, FrontEndTask) -> FrontEndTask + Send>;
+
+/// [`serve_all_with`] with no other front end.
+pub async fn serve_all(
+    config: &ServerConfig,
+    stack: Stack,
+    on_listening: impl FnOnce(Listening),
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    serve_all_with(config, stack, Vec::new(), on_listening, shutdown).await
+}
+
 /// Runs the HTTP API of `stack` on `config.http.addr`, and the gRPC API on `config.grpc.addr`
 /// when set, until `shutdown` resolves (or either listener fails), then shuts down
 /// gracefully: both stop accepting, in-flight requests finish, background tasks stop, and
 /// the writer publishes pending appends and releases its leases. `on_listening` is called
-/// with the bound addresses (useful with port 0).
-pub async fn serve_all(
+/// with the bound addresses (useful with port 0). Each of `front_ends` is served alongside,
+/// over the same [`api::Api`] and metrics.
+pub async fn serve_all_with(
     config: &ServerConfig,
     stack: Stack,
+    front_ends: Vec<FrontEnd>,
     on_listening: impl FnOnce(Listening),
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
@@ -108,7 +130,8 @@ pub async fn serve_all(
         );
         tokio::time::sleep(drain_delay).await;
     };
-    serve_listeners(listener, app, grpc_listener, api, config, tls, shutdown).await;
+    let listeners = Listeners { http: listener, grpc: grpc_listener, front_ends };
+    serve_listeners(listeners, app, api, config, tls, shutdown).await;
     // Stop the compaction loop (a running pass is abandoned, safely) before closing the writer.
     let _ = stop.send(true);
     if let Some(task) = compaction {
@@ -122,12 +145,18 @@ pub async fn serve_all(
     Ok(())
 }
 
+/// What [`serve_listeners`] serves.
+struct Listeners {
+    http: tokio::net::TcpListener,
+    grpc: Option<tokio::net::TcpListener>,
+    front_ends: Vec<FrontEnd>,
+}
+
 /// Serves both listeners (over TLS when `tls` is given) until `shutdown` resolves; both
 /// then stop accepting and let open requests finish before this returns.
 async fn serve_listeners(
-    http_listener: tokio::net::TcpListener,
+    listeners: Listeners,
     app: axum::Router,
-    grpc_listener: Option<tokio::net::TcpListener>,
     api: api::Api,
     config: &ServerConfig,
     tls: Option<tokio_rustls::TlsAcceptor>,
@@ -143,6 +172,7 @@ async fn serve_listeners(
     };
     let limits = &config.listener;
     let http_stats = api.metrics().http_connections.clone();
+    let Listeners { http: http_listener, grpc: grpc_listener, front_ends } = listeners;
     let http = listener::serve_connections(
         http_listener,
         tls.clone(),
@@ -151,12 +181,15 @@ async fn serve_listeners(
         http_stats,
         wait(stopped.clone()),
     );
+    let others = futures::future::join_all(
+        front_ends.into_iter().map(|start| start(api.clone(), Box::pin(wait(stopped.clone())))),
+    );
     let grpc = async {
         if let Some(l) = grpc_listener {
             grpc::serve(l, api, &config.grpc, limits, tls, wait(stopped.clone())).await;
         }
     };
-    tokio::join!(http, grpc);
+    tokio::join!(http, grpc, others);
     signal.abort();
 }
 

@@ -1,0 +1,861 @@
+//! One method per served API: Kafka request in, Kafka response out, every operation through
+//! the service layer ([`Api`]).
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::{Bytes, BytesMut};
+use futures::StreamExt as _;
+use futures::stream::FuturesUnordered;
+use kafka_protocol::error::ResponseError;
+use kafka_protocol::messages::*;
+use kafka_protocol::protocol::StrBytes;
+use lakestream_format::kafka::NAMESPACE;
+use lakestream_reader::ReadBatch;
+use lakestream_server::api::{
+    Api, ApiError, ApiResult, ErrorKind, FetchParams, Offsets, PartitionRef, ProduceInput,
+};
+use lakestream_server::auth::Permission;
+use tokio::sync::oneshot;
+use tokio::time::Instant;
+use uuid::Uuid;
+
+use crate::Settings;
+use crate::appends::{AppendResult, Queued};
+use crate::conn::SERVED;
+use crate::errors::{admin_code_of, code_of, produce_code_of};
+use crate::topics::{self, Topic};
+
+/// The cluster id every front end reports: all of them serve one deployment.
+const CLUSTER_ID: &str = "lakestream";
+
+/// Serves the requests of one connection.
+#[derive(Debug, Clone)]
+pub(crate) struct Handler {
+    api: Api,
+    pub settings: Arc<Settings>,
+    peer: SocketAddr,
+}
+
+fn text(s: impl Into<String>) -> StrBytes {
+    StrBytes::from_string(s.into())
+}
+
+fn topic_name(name: &str) -> TopicName {
+    TopicName(text(name))
+}
+
+/// The versions this front end serves, for ApiVersions.
+fn api_keys() -> Vec<api_versions_response::ApiVersion> {
+    SERVED
+        .iter()
+        .map(|&(key, min, max)| {
+            api_versions_response::ApiVersion::default()
+                .with_api_key(key as i16)
+                .with_min_version(min)
+                .with_max_version(max)
+        })
+        .collect()
+}
+
+/// The version-0 answer to an ApiVersions request of a version not served: as Kafka's
+/// broker answers, the error and ApiVersions' own range only (the client retries with it).
+pub(crate) fn api_versions_unsupported() -> ApiVersionsResponse {
+    let own = api_keys().into_iter().filter(|k| k.api_key == ApiKey::ApiVersions as i16).collect();
+    ApiVersionsResponse::default()
+        .with_error_code(ResponseError::UnsupportedVersion.code())
+        .with_api_keys(own)
+}
+
+/// One partition's fetch in progress.
+struct PartitionFetch {
+    topic: Option<Topic>,
+    partition: i32,
+    offset: i64,
+    max_bytes: usize,
+    error: i16,
+    high_watermark: i64,
+    log_start: i64,
+    /// The entries read so far, offsets assigned, back to back.
+    records: BytesMut,
+    /// Where the next read starts.
+    next: u64,
+}
+
+impl Handler {
+    pub(crate) fn new(api: Api, settings: Arc<Settings>, peer: SocketAddr) -> Self {
+        Handler { api, settings, peer }
+    }
+
+    /// Auth and the client's rate limit: Kafka clients carry no bearer token, so a
+    /// deployment with tokens refuses them; the rate limit counts the peer's address.
+    fn admit(&self, needed: Permission) -> ApiResult<()> {
+        self.api.admit(None, Some(NAMESPACE), needed, Some(self.peer.ip()))
+    }
+
+    fn node(&self) -> BrokerId {
+        BrokerId(self.settings.node_id)
+    }
+
+    pub(crate) async fn api_versions(
+        &self,
+        _request: ApiVersionsRequest,
+        _version: i16,
+    ) -> ApiVersionsResponse {
+        ApiVersionsResponse::default().with_api_keys(api_keys())
+    }
+
+    /// Looks a topic up, creating it when `create` and it does not exist.
+    async fn topic(&self, name: &str, create: bool) -> ApiResult<Topic> {
+        if let Some(topic) = topics::find(&self.api, name).await? {
+            return Ok(topic);
+        }
+        if create {
+            self.admit(Permission::Admin)?;
+            topics::check_name(name)?;
+            match topics::create(
+                &self.api,
+                self.settings.tokens.as_ref(),
+                name,
+                self.settings.default_partitions,
+            )
+            .await
+            {
+                // Another client created it meanwhile.
+                Err(e) if e.kind() == ErrorKind::AlreadyExists => {}
+                other => return other,
+            }
+            if let Some(topic) = topics::find(&self.api, name).await? {
+                return Ok(topic);
+            }
+        }
+        Err(ApiError::new(ErrorKind::NotFound, format!("topic {name:?} does not exist")))
+    }
+
+    fn metadata_topic(
+        &self,
+        name: &str,
+        found: ApiResult<Topic>,
+    ) -> metadata_response::MetadataResponseTopic {
+        let out = metadata_response::MetadataResponseTopic::default().with_name(Some(topic_name(name)));
+        match found {
+            Err(e) => out.with_error_code(match e.kind() {
+                ErrorKind::InvalidArgument => ResponseError::InvalidTopicException.code(),
+                _ => code_of(&e),
+            }),
+            Ok(topic) => out.with_topic_id(topic.id).with_partitions(
+                (0..topic.partitions as i32)
+                    .map(|index| {
+                        metadata_response::MetadataResponsePartition::default()
+                            .with_partition_index(index)
+                            .with_leader_id(self.node())
+                            .with_leader_epoch(0)
+                            .with_replica_nodes(vec![self.node()])
+                            .with_isr_nodes(vec![self.node()])
+                    })
+                    .collect(),
+            ),
+        }
+    }
+
+    pub(crate) async fn metadata(&self, request: MetadataRequest, version: i16) -> MetadataResponse {
+        let broker = metadata_response::MetadataResponseBroker::default()
+            .with_node_id(self.node())
+            .with_host(text(self.settings.advertised_host.clone()))
+            .with_port(self.settings.advertised_port);
+        let response = MetadataResponse::default()
+            .with_brokers(vec![broker])
+            .with_cluster_id(Some(text(CLUSTER_ID)))
+            .with_controller_id(self.node());
+        let allow_create =
+            self.settings.auto_create_topics && (version < 4 || request.allow_auto_topic_creation);
+        let all = match &request.topics {
+            None => true,
+            Some(list) => version == 0 && list.is_empty(),
+        };
+        let mut out = Vec::new();
+        if let Err(e) = self.admit(Permission::Read) {
+            // Without a topic to name, the refusal is reported on each one asked for.
+            for t in request.topics.iter().flatten() {
+                let name = t.name.as_ref().map_or(String::new(), |n| n.0.to_string());
+                out.push(self.metadata_topic(&name, Err(e.clone())));
+            }
+            return response.with_topics(out);
+        }
+        if all {
+            match topics::list(&self.api).await {
+                Ok(list) => out.extend(list.into_iter().map(|t| self.metadata_topic(&t.name.clone(), Ok(t)))),
+                Err(e) => tracing::warn!(error = %e, "Kafka Metadata: listing topics failed"),
+            }
+            return response.with_topics(out);
+        }
+        let mut by_id: Option<Vec<Topic>> = None;
+        for requested in request.topics.unwrap_or_default() {
+            match requested.name {
+                Some(name) => {
+                    let name = name.0.to_string();
+                    let found = self.topic(&name, allow_create).await;
+                    out.push(self.metadata_topic(&name, found));
+                }
+                None => {
+                    if by_id.is_none() {
+                        by_id = Some(topics::list(&self.api).await.unwrap_or_default());
+                    }
+                    let found = by_id.iter().flatten().find(|t| t.id == requested.topic_id).cloned();
+                    out.push(match found {
+                        Some(t) => self.metadata_topic(&t.name.clone(), Ok(t)),
+                        None => metadata_response::MetadataResponseTopic::default()
+                            .with_topic_id(requested.topic_id)
+                            .with_error_code(ResponseError::UnknownTopicId.code()),
+                    });
+                }
+            }
+        }
+        response.with_topics(out)
+    }
+
+    /// Answers a produce whose batches were queued when it was decoded (`crate::appends`);
+    /// `outcomes` are their appends' outcomes, by topic and partition (none when `acks` is
+    /// invalid).
+    pub(crate) async fn produce(
+        &self,
+        request: ProduceRequest,
+        version: i16,
+        mut outcomes: HashMap<(String, i32), oneshot::Receiver<AppendResult>>,
+    ) -> ProduceResponse {
+        let acks_ok = matches!(request.acks, -1..=1);
+        let mut topics_out = Vec::with_capacity(request.topic_data.len());
+        for data in request.topic_data {
+            let name = data.name.0.to_string();
+            let partitions = data.partition_data.into_iter().map(|p| {
+                let outcome = outcomes.remove(&(name.clone(), p.index));
+                let name = &name;
+                async move {
+                    let out = produce_response::PartitionProduceResponse::default()
+                        .with_index(p.index)
+                        .with_log_append_time_ms(-1)
+                        .with_log_start_offset(-1);
+                    let fail = |code: i16, message: String| {
+                        let out = out.clone().with_error_code(code).with_base_offset(-1);
+                        if version >= 8 { out.with_error_message(Some(text(message))) } else { out }
+                    };
+                    if !acks_ok {
+                        return fail(
+                            ResponseError::InvalidRequiredAcks.code(),
+                            format!("acks {} is not 0, 1 or -1", request.acks),
+                        );
+                    }
+                    let Some(outcome) = outcome else {
+                        return fail(
+                            ResponseError::InvalidRequest.code(),
+                            format!("partition {} of {name:?} is named twice", p.index),
+                        );
+                    };
+                    match outcome.await {
+                        Ok(Ok(base)) => out.with_base_offset(base),
+                        Ok(Err((code, message))) => fail(code, message),
+                        Err(_) => {
+                            fail(ResponseError::UnknownServerError.code(), "the append was dropped".into())
+                        }
+                    }
+                }
+            });
+            let partition_responses = futures::future::join_all(partitions).await;
+            topics_out.push(
+                produce_response::TopicProduceResponse::default()
+                    .with_name(topic_name(&name))
+                    .with_partition_responses(partition_responses),
+            );
+        }
+        ProduceResponse::default().with_responses(topics_out)
+    }
+
+    /// Appends a group of queued batches for one partition as one entry and answers each.
+    /// A request whose batches are not valid is answered `INVALID_RECORD` alone; the others
+    /// still go.
+    pub(crate) async fn append_group(&self, topic: &str, partition: i32, group: Vec<Queued>) {
+        let fail_all = |group: Vec<Queued>, code: i16, message: &str| {
+            for q in group {
+                let _ = q.reply.send(Err((code, message.to_owned())));
+            }
+        };
+        if let Err(e) = self.admit(Permission::Write) {
+            return fail_all(group, code_of(&e), e.message());
+        }
+        let topic = match self.topic(topic, false).await {
+            Ok(t) => t,
+            Err(e) => return fail_all(group, code_of(&e), e.message()),
+        };
+        let Some(index) = usize::try_from(partition).ok().filter(|i| *i < topic.partitions) else {
+            let message = format!("topic {:?} has no partition {partition}", topic.name);
+            return fail_all(group, ResponseError::UnknownTopicOrPartition.code(), &message);
+        };
+        // Each request's batches are checked alone, so that one bad request fails alone.
+        let mut valid = Vec::with_capacity(group.len());
+        for q in group {
+            let Some(records) = q.records.filter(|r| !r.is_empty()) else {
+                let _ = q.reply.send(Err((ResponseError::InvalidRecord.code(), "no record batches".into())));
+                continue;
+            };
+            match lakestream_format::kafka::count_records(&records) {
+                Ok(count) => valid.push((records, count, q.reply)),
+                Err(e) => {
+                    let message = format!("not valid Kafka record batches: {e}");
+                    let _ = q.reply.send(Err((ResponseError::InvalidRecord.code(), message)));
+                }
+            }
+        }
+        if valid.is_empty() {
+            return;
+        }
+        let target = PartitionRef { namespace: NAMESPACE, stream: &topic.stream, partition: index };
+        if valid.len() > 1 {
+            let mut joined = BytesMut::with_capacity(valid.iter().map(|(r, _, _)| r.len()).sum());
+            for (records, _, _) in &valid {
+                joined.extend_from_slice(records);
+            }
+            match self.append_one(target, joined.freeze()).await {
+                Ok(mut base) => {
+                    for (_, count, reply) in valid {
+                        let _ = reply.send(Ok(base));
+                        base += i64::from(count);
+                    }
+                    return;
+                }
+                // Together over the largest entry: each alone, in order, below.
+                Err(e) if e.kind() == ErrorKind::TooLarge => {}
+                Err(e) => {
+                    for (_, _, reply) in valid {
+                        let _ = reply.send(Err((produce_code_of(&e), e.message().to_owned())));
+                    }
+                    return;
+                }
+            }
+        }
+        for (records, _, reply) in valid {
+            let outcome = self.append_one(target, records).await;
+            let _ = reply.send(outcome.map_err(|e| (produce_code_of(&e), e.message().to_owned())));
+        }
+    }
+
+    /// Appends one entry of record batches; its first offset.
+    async fn append_one(&self, target: PartitionRef<'_>, payload: Bytes) -> ApiResult<i64> {
+        let input = ProduceInput::KafkaBatches { payload, record_count: None };
+        match self.api.produce(target, input).await?.into_iter().next() {
+            Some(Ok(ack)) => Ok(ack.offset as i64),
+            Some(Err(e)) => Err(e.error),
+            None => Err(ApiError::new(ErrorKind::Internal, "the append gave no outcome")),
+        }
+    }
+
+    /// One read of a partition from `from`, waiting up to `wait` when nothing is there.
+    async fn read(
+        &self,
+        topic: &Topic,
+        partition: usize,
+        from: u64,
+        max_bytes: usize,
+        wait: Duration,
+    ) -> ApiResult<ReadBatch> {
+        let target = PartitionRef { namespace: NAMESPACE, stream: &topic.stream, partition };
+        let params = FetchParams {
+            offset: from,
+            max_bytes: Some(max_bytes.max(1)),
+            max_wait_ms: wait.as_millis() as u64,
+        };
+        self.api.fetch(target, params).await
+    }
+
+    async fn offsets(&self, topic: &Topic, partition: usize) -> ApiResult<Offsets> {
+        self.api.offsets(PartitionRef { namespace: NAMESPACE, stream: &topic.stream, partition }).await
+    }
+
+    /// Appends a read's entries to `f`, their batches' offsets assigned.
+    fn take(f: &mut PartitionFetch, batch: ReadBatch) {
+        for entry in batch.entries {
+            match lakestream_format::kafka::assign_offsets(&entry.payload, entry.offset) {
+                Ok(bytes) => f.records.extend_from_slice(&bytes),
+                Err(e) => {
+                    // An entry that is not Kafka record batches (written to this stream over
+                    // another API): the partition cannot be served as Kafka.
+                    tracing::warn!(offset = entry.offset, error = %e, "Kafka Fetch: entry is not Kafka record batches");
+                    if f.records.is_empty() {
+                        f.error = ResponseError::CorruptMessage.code();
+                    }
+                    return;
+                }
+            }
+        }
+        f.next = f.next.max(batch.next_offset);
+        f.high_watermark = f.high_watermark.max(batch.next_offset as i64);
+    }
+
+    /// The first read of a partition, not waiting, and its offsets.
+    async fn first_read(&self, mut f: PartitionFetch) -> PartitionFetch {
+        let Some(topic) = f.topic.clone() else { return f };
+        let Ok(partition) = usize::try_from(f.partition) else {
+            f.error = ResponseError::UnknownTopicOrPartition.code();
+            return f;
+        };
+        if f.offset < 0 {
+            f.error = ResponseError::OffsetOutOfRange.code();
+            return f;
+        }
+        let offsets = match self.offsets(&topic, partition).await {
+            Ok(o) => o,
+            Err(e) => {
+                f.error = code_of(&e);
+                return f;
+            }
+        };
+        f.high_watermark = offsets.next_offset as i64;
+        f.log_start = offsets.first_offset as i64;
+        if (f.offset as u64) < offsets.first_offset || (f.offset as u64) > offsets.next_offset {
+            f.error = ResponseError::OffsetOutOfRange.code();
+            return f;
+        }
+        if f.offset as u64 == offsets.next_offset {
+            return f; // caught up: the waiting read, if any, comes next
+        }
+        match self.read(&topic, partition, f.next, f.max_bytes, Duration::ZERO).await {
+            Ok(batch) => Self::take(&mut f, batch),
+            Err(e) => f.error = code_of(&e),
+        }
+        f
+    }
+
+    pub(crate) async fn fetch(&self, request: FetchRequest, _version: i16) -> FetchResponse {
+        let started = Instant::now();
+        let admitted = self.admit(Permission::Read);
+        let wait = Duration::from_millis(u64::try_from(request.max_wait_ms).unwrap_or(0))
+            .min(self.settings.max_fetch_wait);
+        let min_bytes = usize::try_from(request.min_bytes).unwrap_or(0);
+        let max_bytes = usize::try_from(request.max_bytes).unwrap_or(usize::MAX).max(1);
+        // The request's layout: topics in order, each with its partitions in order.
+        let mut layout: Vec<(String, Vec<usize>)> = Vec::new();
+        let mut fetches: Vec<PartitionFetch> = Vec::new();
+        for t in request.topics {
+            let name = t.topic.0.to_string();
+            let (topic, error) = match &admitted {
+                Err(e) => (None, code_of(e)),
+                Ok(()) => match self.topic(&name, false).await {
+                    Ok(topic) => (Some(topic), 0),
+                    Err(e) => (None, code_of(&e)),
+                },
+            };
+            let mut indexes = Vec::new();
+            for p in t.partitions {
+                let error = match &topic {
+                    Some(topic) if p.partition >= 0 && (p.partition as usize) < topic.partitions => error,
+                    Some(_) => ResponseError::UnknownTopicOrPartition.code(),
+                    None => error,
+                };
+                indexes.push(fetches.len());
+                fetches.push(PartitionFetch {
+                    topic: if error == 0 { topic.clone() } else { None },
+                    partition: p.partition,
+                    offset: p.fetch_offset,
+                    max_bytes: usize::try_from(p.partition_max_bytes).unwrap_or(0).max(1),
+                    error,
+                    high_watermark: -1,
+                    log_start: -1,
+                    records: BytesMut::new(),
+                    next: u64::try_from(p.fetch_offset).unwrap_or(0),
+                });
+            }
+            layout.push((name, indexes));
+        }
+        // Every partition once, without waiting.
+        let mut fetches: Vec<PartitionFetch> =
+            futures::future::join_all(fetches.into_iter().map(|f| self.first_read(f))).await;
+        let total = |fs: &[PartitionFetch]| fs.iter().map(|f| f.records.len()).sum::<usize>();
+        // Then, while fewer than min_bytes are there, wait for more on every partition at
+        // once, until min_bytes arrive or max_wait passes.
+        let remaining = wait.saturating_sub(started.elapsed());
+        if total(&fetches) < min_bytes.max(1) && !remaining.is_zero() {
+            let mut waiting: FuturesUnordered<_> = fetches
+                .iter()
+                .enumerate()
+                .filter(|(_, f)| f.error == 0 && f.topic.is_some())
+                .map(|(i, f)| {
+                    let topic = f.topic.clone();
+                    let (partition, from, budget) =
+                        (f.partition as usize, f.next, f.max_bytes.saturating_sub(f.records.len()));
+                    async move {
+                        let Some(topic) = topic else { return (i, Err(ApiError::invalid("no topic"))) };
+                        (i, self.read(&topic, partition, from, budget, remaining).await)
+                    }
+                })
+                .collect();
+            let mut have = total(&fetches);
+            while let Some((i, result)) = waiting.next().await {
+                match result {
+                    Ok(batch) => {
+                        let before = fetches[i].records.len();
+                        Self::take(&mut fetches[i], batch);
+                        have += fetches[i].records.len() - before;
+                    }
+                    Err(e) => tracing::debug!(error = %e, "Kafka Fetch: waiting read failed"),
+                }
+                if have >= min_bytes.max(1) {
+                    break; // the other reads are dropped: reads are safe to abandon
+                }
+            }
+        }
+        // The response's max_bytes: whole partitions past it are left out, except the first
+        // with data, so that a batch larger than the limit is still returned (as Kafka does).
+        let mut sent = 0usize;
+        let mut responses = Vec::with_capacity(layout.len());
+        for (name, indexes) in layout {
+            let mut partitions = Vec::with_capacity(indexes.len());
+            for i in indexes {
+                let f = &mut fetches[i];
+                let mut records = std::mem::take(&mut f.records).freeze();
+                if sent > 0 && sent + records.len() > max_bytes {
+                    records = Bytes::new();
+                }
+                sent += records.len();
+                partitions.push(
+                    fetch_response::PartitionData::default()
+                        .with_partition_index(f.partition)
+                        .with_error_code(f.error)
+                        .with_high_watermark(f.high_watermark)
+                        .with_last_stable_offset(f.high_watermark)
+                        .with_log_start_offset(f.log_start)
+                        .with_aborted_transactions(None)
+                        .with_records(Some(records)),
+                );
+            }
+            responses.push(
+                fetch_response::FetchableTopicResponse::default()
+                    .with_topic(topic_name(&name))
+                    .with_partitions(partitions),
+            );
+        }
+        FetchResponse::default().with_responses(responses)
+    }
+
+    /// The first entry whose timestamp is at or after `timestamp`: a binary search over the
+    /// partition's offsets, one read of one entry per step (entry timestamps are the times
+    /// their index records were made, which do not decrease along a log).
+    async fn offset_for_time(
+        &self,
+        topic: &Topic,
+        partition: usize,
+        timestamp: i64,
+    ) -> ApiResult<(i64, i64)> {
+        let offsets = self.offsets(topic, partition).await?;
+        let (mut lo, mut hi) = (offsets.first_offset, offsets.next_offset);
+        let mut found_ts = -1;
+        while lo < hi {
+            let mid = lo + (hi - lo) / 2;
+            let batch = self.read(topic, partition, mid, 1, Duration::ZERO).await?;
+            let Some(entry) = batch.entries.into_iter().next() else {
+                break; // trimmed or gone meanwhile: what remains is above
+            };
+            if entry.timestamp_ms >= timestamp {
+                hi = entry.offset.min(hi);
+                found_ts = entry.timestamp_ms;
+                if entry.offset <= lo {
+                    break;
+                }
+            } else {
+                lo = entry.end_offset();
+            }
+        }
+        if lo >= offsets.next_offset || found_ts < 0 {
+            return Ok((-1, -1));
+        }
+        Ok((lo as i64, found_ts))
+    }
+
+    async fn list_offset(&self, topic: &Topic, partition: usize, timestamp: i64) -> ApiResult<(i64, i64)> {
+        match timestamp {
+            // latest
+            -1 => Ok((self.offsets(topic, partition).await?.next_offset as i64, -1)),
+            // earliest, earliest local
+            -2 | -4 => Ok((self.offsets(topic, partition).await?.first_offset as i64, -1)),
+            // max timestamp: the last entry's, entry timestamps not decreasing
+            -3 => {
+                let offsets = self.offsets(topic, partition).await?;
+                if offsets.next_offset <= offsets.first_offset {
+                    return Ok((-1, -1));
+                }
+                let last = offsets.next_offset - 1;
+                let batch = self.read(topic, partition, last, 1, Duration::ZERO).await?;
+                Ok(batch.entries.first().map_or((-1, -1), |e| (last as i64, e.timestamp_ms)))
+            }
+            // latest tiered: nothing is tiered in Kafka's sense
+            -5 => Ok((-1, -1)),
+            t if t >= 0 => self.offset_for_time(topic, partition, t).await,
+            t => Err(ApiError::invalid(format!("timestamp {t} is not a time or a known special value"))),
+        }
+    }
+
+    pub(crate) async fn list_offsets(
+        &self,
+        request: ListOffsetsRequest,
+        _version: i16,
+    ) -> ListOffsetsResponse {
+        let admitted = self.admit(Permission::Read);
+        let mut topics_out = Vec::with_capacity(request.topics.len());
+        for t in request.topics {
+            let name = t.name.0.to_string();
+            let topic = match &admitted {
+                Err(e) => Err(e.clone()),
+                Ok(()) => self.topic(&name, false).await,
+            };
+            let partitions = t.partitions.into_iter().map(|p| {
+                let topic = &topic;
+                async move {
+                    let out = list_offsets_response::ListOffsetsPartitionResponse::default()
+                        .with_partition_index(p.partition_index)
+                        .with_timestamp(-1)
+                        .with_offset(-1);
+                    let topic = match topic {
+                        Ok(t) => t,
+                        Err(e) => return out.with_error_code(code_of(e)),
+                    };
+                    let partition = match usize::try_from(p.partition_index) {
+                        Ok(i) if i < topic.partitions => i,
+                        _ => return out.with_error_code(ResponseError::UnknownTopicOrPartition.code()),
+                    };
+                    match self.list_offset(topic, partition, p.timestamp).await {
+                        Ok((offset, timestamp)) => out.with_offset(offset).with_timestamp(timestamp),
+                        Err(e) => out.with_error_code(code_of(&e)),
+                    }
+                }
+            });
+            topics_out.push(
+                list_offsets_response::ListOffsetsTopicResponse::default()
+                    .with_name(topic_name(&name))
+                    .with_partitions(futures::future::join_all(partitions).await),
+            );
+        }
+        ListOffsetsResponse::default().with_topics(topics_out)
+    }
+
+    pub(crate) async fn create_topics(
+        &self,
+        request: CreateTopicsRequest,
+        _version: i16,
+    ) -> CreateTopicsResponse {
+        let admitted = self.admit(Permission::Admin);
+        let mut results = Vec::with_capacity(request.topics.len());
+        let mut seen: HashMap<String, usize> = HashMap::new();
+        for t in &request.topics {
+            *seen.entry(t.name.0.to_string()).or_default() += 1;
+        }
+        for t in request.topics {
+            let name = t.name.0.to_string();
+            let out = create_topics_response::CreatableTopicResult::default()
+                .with_name(topic_name(&name))
+                .with_num_partitions(-1)
+                .with_replication_factor(-1);
+            let fail = |code: i16, message: String| {
+                out.clone().with_error_code(code).with_error_message(Some(text(message)))
+            };
+            if let Err(e) = &admitted {
+                results.push(fail(code_of(e), e.message().to_owned()));
+                continue;
+            }
+            if seen.get(&name).copied().unwrap_or(0) > 1 {
+                results.push(fail(
+                    ResponseError::InvalidRequest.code(),
+                    format!("topic {name:?} is named more than once"),
+                ));
+                continue;
+            }
+            let partitions = match t.num_partitions {
+                -1 if !t.assignments.is_empty() => t.assignments.len() as u32,
+                -1 => self.settings.default_partitions,
+                n if n >= 1 => n as u32,
+                n => {
+                    results.push(fail(
+                        ResponseError::InvalidPartitions.code(),
+                        format!("{n} partitions: at least 1, or -1 for the default"),
+                    ));
+                    continue;
+                }
+            };
+            if t.replication_factor == 0 || t.replication_factor < -1 {
+                results.push(fail(
+                    ResponseError::InvalidReplicationFactor.code(),
+                    format!("replication factor {}: at least 1, or -1 for the default", t.replication_factor),
+                ));
+                continue;
+            }
+            if let Err(e) = topics::check_name(&name) {
+                results.push(fail(ResponseError::InvalidTopicException.code(), e.message().to_owned()));
+                continue;
+            }
+            if request.validate_only {
+                let exists = topics::find(&self.api, &name).await;
+                results.push(match exists {
+                    Ok(Some(_)) => fail(
+                        ResponseError::TopicAlreadyExists.code(),
+                        format!("topic {name:?} already exists"),
+                    ),
+                    Ok(None) => out.with_num_partitions(partitions as i32).with_replication_factor(1),
+                    Err(e) => fail(admin_code_of(&e), e.message().to_owned()),
+                });
+                continue;
+            }
+            results.push(
+                match topics::create(&self.api, self.settings.tokens.as_ref(), &name, partitions).await {
+                    Ok(topic) => out
+                        .with_topic_id(topic.id)
+                        .with_num_partitions(topic.partitions as i32)
+                        .with_replication_factor(1),
+                    Err(e) => fail(admin_code_of(&e), e.message().to_owned()),
+                },
+            );
+        }
+        CreateTopicsResponse::default().with_topics(results)
+    }
+
+    pub(crate) async fn delete_topics(
+        &self,
+        request: DeleteTopicsRequest,
+        version: i16,
+    ) -> DeleteTopicsResponse {
+        let admitted = self.admit(Permission::Admin);
+        // Up to v5 topics are named in `topic_names`; from v6 in `topics`, by name or ID.
+        let mut wanted: Vec<(Option<String>, Uuid)> =
+            request.topic_names.iter().map(|n| (Some(n.0.to_string()), Uuid::nil())).collect();
+        wanted.extend(request.topics.iter().map(|t| (t.name.as_ref().map(|n| n.0.to_string()), t.topic_id)));
+        let mut all: Option<Vec<Topic>> = None;
+        let mut responses = Vec::with_capacity(wanted.len());
+        for (name, id) in wanted {
+            let out = delete_topics_response::DeletableTopicResult::default()
+                .with_name(name.as_deref().map(topic_name))
+                .with_topic_id(id);
+            let fail = |code: i16, message: String| {
+                let out = out.clone().with_error_code(code);
+                if version >= 5 { out.with_error_message(Some(text(message))) } else { out }
+            };
+            if let Err(e) = &admitted {
+                responses.push(fail(code_of(e), e.message().to_owned()));
+                continue;
+            }
+            let found = match &name {
+                Some(name) => topics::find(&self.api, name).await,
+                None => {
+                    if all.is_none() {
+                        all = Some(topics::list(&self.api).await.unwrap_or_default());
+                    }
+                    Ok(all.iter().flatten().find(|t| t.id == id).cloned())
+                }
+            };
+            responses.push(match found {
+                Ok(Some(topic)) => match topics::delete(&self.api, &topic).await {
+                    Ok(()) => out.with_name(Some(topic_name(&topic.name))).with_topic_id(topic.id),
+                    Err(e) => fail(admin_code_of(&e), e.message().to_owned()),
+                },
+                Ok(None) if name.is_none() => {
+                    fail(ResponseError::UnknownTopicId.code(), format!("no topic has ID {id}"))
+                }
+                Ok(None) => fail(ResponseError::UnknownTopicOrPartition.code(), "no such topic".into()),
+                Err(e) => fail(admin_code_of(&e), e.message().to_owned()),
+            });
+        }
+        DeleteTopicsResponse::default().with_responses(responses)
+    }
+
+    pub(crate) async fn create_partitions(
+        &self,
+        request: CreatePartitionsRequest,
+        _version: i16,
+    ) -> CreatePartitionsResponse {
+        let admitted = self.admit(Permission::Admin);
+        let mut results = Vec::with_capacity(request.topics.len());
+        for t in request.topics {
+            let name = t.name.0.to_string();
+            let out = create_partitions_response::CreatePartitionsTopicResult::default()
+                .with_name(topic_name(&name));
+            let fail = |code: i16, message: String| {
+                out.clone().with_error_code(code).with_error_message(Some(text(message)))
+            };
+            if let Err(e) = &admitted {
+                results.push(fail(code_of(e), e.message().to_owned()));
+                continue;
+            }
+            let topic = match topics::find(&self.api, &name).await {
+                Ok(Some(topic)) => topic,
+                Ok(None) => {
+                    results.push(fail(ResponseError::UnknownTopicOrPartition.code(), "no such topic".into()));
+                    continue;
+                }
+                Err(e) => {
+                    results.push(fail(admin_code_of(&e), e.message().to_owned()));
+                    continue;
+                }
+            };
+            if t.count <= topic.partitions as i32 {
+                results.push(fail(
+                    ResponseError::InvalidPartitions.code(),
+                    format!(
+                        "topic {name:?} has {} partitions; the new count {} must be more",
+                        topic.partitions, t.count
+                    ),
+                ));
+                continue;
+            }
+            if request.validate_only {
+                results.push(out);
+                continue;
+            }
+            results.push(
+                match self.api.add_partitions(NAMESPACE, &topic.stream, Some(t.count as u32), None).await {
+                    Ok(_) => out,
+                    Err(e) => fail(admin_code_of(&e), e.message().to_owned()),
+                },
+            );
+        }
+        CreatePartitionsResponse::default().with_results(results)
+    }
+
+    /// Idempotent and transactional producers are not served yet (see `docs/kafka.md`).
+    pub(crate) async fn init_producer_id(
+        &self,
+        _request: InitProducerIdRequest,
+        _version: i16,
+    ) -> InitProducerIdResponse {
+        InitProducerIdResponse::default()
+            .with_error_code(ResponseError::UnsupportedVersion.code())
+            .with_producer_id(ProducerId(-1))
+            .with_producer_epoch(-1)
+    }
+
+    /// Consumer groups are not served yet (see `docs/kafka.md`): no coordinator is available.
+    /// The code is retriable, so a client that only assigns partitions (and has a group id)
+    /// goes on fetching; one that subscribes waits for a coordinator.
+    pub(crate) async fn find_coordinator(
+        &self,
+        request: FindCoordinatorRequest,
+        version: i16,
+    ) -> FindCoordinatorResponse {
+        const WHY: &str = "consumer groups are not served yet by this Lakestream front end";
+        let code = ResponseError::CoordinatorNotAvailable.code();
+        if version >= 4 {
+            let coordinators = request
+                .coordinator_keys
+                .into_iter()
+                .map(|key| {
+                    find_coordinator_response::Coordinator::default()
+                        .with_key(key)
+                        .with_node_id(BrokerId(-1))
+                        .with_port(-1)
+                        .with_error_code(code)
+                        .with_error_message(Some(text(WHY)))
+                })
+                .collect();
+            return FindCoordinatorResponse::default().with_coordinators(coordinators);
+        }
+        let out =
+            FindCoordinatorResponse::default().with_error_code(code).with_node_id(BrokerId(-1)).with_port(-1);
+        if version >= 1 { out.with_error_message(Some(text(WHY))) } else { out }
+    }
+}

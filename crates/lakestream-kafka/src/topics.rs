@@ -1,0 +1,177 @@
+//! Kafka topics as Lakestream streams, by the spec's Kafka binding: each incarnation of a
+//! topic is the stream `default/{topic}-topic-id-{topic ID}`, its partitions the stream's
+//! partitions. A topic is found by listing the streams of `default` whose names start with
+//! `{topic}-topic-id-`; streams there that do not follow the binding are not topics.
+
+use std::collections::BTreeMap;
+
+use base64::Engine as _;
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use lakestream_catalog::Stream;
+use lakestream_format::kafka::{self as binding, NAMESPACE, TOPIC_ID_SEPARATOR};
+use lakestream_meta::lease::TokenSource;
+use lakestream_server::api::{Api, ApiError, ApiResult, ErrorKind};
+use uuid::Uuid;
+
+/// One live topic incarnation.
+#[derive(Debug, Clone)]
+pub(crate) struct Topic {
+    /// The topic name.
+    pub name: String,
+    /// The Kafka topic ID.
+    pub id: Uuid,
+    /// The stream that stores it, in [`NAMESPACE`].
+    pub stream: String,
+    /// Its partition count.
+    pub partitions: usize,
+}
+
+/// Streams listed per catalog page while looking for topics.
+const PAGE: usize = 1000;
+
+fn topic_of(stream: &Stream) -> Option<Topic> {
+    let incarnation = binding::parse_stream_name(&stream.name).ok()?;
+    let bytes = URL_SAFE_NO_PAD.decode(&incarnation.topic_id).ok()?;
+    let id = Uuid::from_slice(&bytes).ok()?;
+    Some(Topic {
+        name: incarnation.topic,
+        id,
+        stream: stream.name.clone(),
+        partitions: stream.partition_count(),
+    })
+}
+
+/// A namespace that does not exist yet holds no topic.
+fn none_when_missing<T: Default>(result: ApiResult<T>) -> ApiResult<T> {
+    match result {
+        Err(e) if e.kind() == ErrorKind::NotFound => Ok(T::default()),
+        other => other,
+    }
+}
+
+/// The live incarnation of `name`, if any. Should two exist (two processes created the topic
+/// at once), the one whose stream name sorts first is the topic.
+pub(crate) async fn find(api: &Api, name: &str) -> ApiResult<Option<Topic>> {
+    let prefix = format!("{name}{TOPIC_ID_SEPARATOR}");
+    let mut after = prefix.clone();
+    loop {
+        let page = match api.list_streams(NAMESPACE, Some(&after), Some(PAGE)).await {
+            Err(e) if e.kind() == ErrorKind::NotFound => return Ok(None),
+            // A prefix that is not a legal stream name (too long, say) names no topic.
+            Err(e) if e.kind() == ErrorKind::InvalidArgument => return Ok(None),
+            other => other?,
+        };
+        for stream in &page.items {
+            if !stream.name.starts_with(&prefix) {
+                return Ok(None);
+            }
+            if let Some(topic) = topic_of(stream).filter(|t| t.name == name) {
+                return Ok(Some(topic));
+            }
+        }
+        match page.next_page {
+            Some(next) => after = next,
+            None => return Ok(None),
+        }
+    }
+}
+
+/// Every live topic, in name order (the first incarnation of a name only).
+pub(crate) async fn list(api: &Api) -> ApiResult<Vec<Topic>> {
+    let mut topics: BTreeMap<String, Topic> = BTreeMap::new();
+    let mut after: Option<String> = None;
+    loop {
+        let page =
+            none_when_missing(api.list_streams(NAMESPACE, after.as_deref(), Some(PAGE)).await.map(Some))?;
+        let Some(page) = page else { break };
+        for topic in page.items.iter().filter_map(topic_of) {
+            topics.entry(topic.name.clone()).or_insert(topic);
+        }
+        match page.next_page {
+            Some(next) => after = Some(next),
+            None => break,
+        }
+    }
+    Ok(topics.into_values().collect())
+}
+
+/// A new topic ID from `tokens`, in Kafka's rules: never the nil UUID, and (as Kafka's own
+/// `Uuid.randomUuid`) never one whose string form starts with `-`; also never one whose
+/// string form holds the binding's separator.
+fn new_topic_id(tokens: &dyn TokenSource) -> ApiResult<(Uuid, String)> {
+    for _ in 0..16 {
+        let token = tokens.new_token();
+        let id = Uuid::parse_str(&token)
+            .map_err(|e| ApiError::new(ErrorKind::Internal, format!("token {token:?} is not a UUID: {e}")))?;
+        let text = URL_SAFE_NO_PAD.encode(id.as_bytes());
+        if !id.is_nil() && !text.starts_with('-') && !text.contains(TOPIC_ID_SEPARATOR) {
+            return Ok((id, text));
+        }
+    }
+    Err(ApiError::new(ErrorKind::Internal, "no usable topic ID in 16 draws"))
+}
+
+/// Creates a topic of `partitions` partitions. Fails with `AlreadyExists` when a live
+/// incarnation exists, and `InvalidArgument` for an illegal topic name.
+pub(crate) async fn create(
+    api: &Api,
+    tokens: &dyn TokenSource,
+    name: &str,
+    partitions: u32,
+) -> ApiResult<Topic> {
+    check_name(name)?;
+    if find(api, name).await?.is_some() {
+        return Err(ApiError::new(ErrorKind::AlreadyExists, format!("topic {name:?} already exists")));
+    }
+    let (id, id_text) = new_topic_id(tokens)?;
+    let stream = binding::stream_name(name, &id_text).map_err(|e| ApiError::invalid(e.to_string()))?;
+    // The binding's namespace is made on first use.
+    match api.create_namespace(NAMESPACE, BTreeMap::new()).await {
+        Err(e) if e.kind() != ErrorKind::AlreadyExists => return Err(e),
+        _ => {}
+    }
+    let properties = BTreeMap::from([("kafka.topic".to_owned(), name.to_owned())]);
+    let created = api.create_stream(NAMESPACE, &stream, Some(partitions), properties).await?;
+    Ok(Topic { name: name.to_owned(), id, stream, partitions: created.partition_count() })
+}
+
+/// Checks a topic name by Kafka's rules (and the stream-name length the binding leaves).
+pub(crate) fn check_name(name: &str) -> ApiResult<()> {
+    // Any well-formed ID checks the name part; the real one is drawn later.
+    binding::stream_name(name, "AAAAAAAAAAAAAAAAAAAAAA").map_err(|e| ApiError::invalid(e.to_string()))?;
+    if name == "." || name == ".." {
+        return Err(ApiError::invalid(format!("topic name {name:?} is not allowed")));
+    }
+    Ok(())
+}
+
+/// Drops a topic's stream.
+pub(crate) async fn delete(api: &Api, topic: &Topic) -> ApiResult<()> {
+    api.drop_stream(NAMESPACE, &topic.stream).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use lakestream_meta::lease::SeededTokens;
+
+    #[test]
+    fn topic_ids_follow_kafka_rules() {
+        let tokens = SeededTokens::new(7);
+        for _ in 0..200 {
+            let (id, text) = new_topic_id(&tokens).unwrap();
+            assert_eq!(text.len(), 22);
+            assert!(!text.starts_with('-'));
+            assert_eq!(URL_SAFE_NO_PAD.decode(&text).unwrap(), id.as_bytes());
+            binding::stream_name("t", &text).unwrap();
+        }
+    }
+
+    #[test]
+    fn illegal_topic_names_are_refused() {
+        assert!(check_name("ok.topic_1-x").is_ok());
+        for bad in ["", ".", "..", "has space", "slash/", &"x".repeat(250)] {
+            assert_eq!(check_name(bad).unwrap_err().kind(), ErrorKind::InvalidArgument, "{bad:?}");
+        }
+    }
+}

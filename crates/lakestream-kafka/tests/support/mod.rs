@@ -1,0 +1,269 @@
+//! What the Kafka front-end tests share: a stack on a real S3 server, a front end on a
+//! loopback port, and a client that writes requests as a Kafka client does.
+#![allow(dead_code)] // each test file uses its own part
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::{BufMut, Bytes, BytesMut};
+use kafka_protocol::messages::*;
+use kafka_protocol::protocol::{Decodable, Encodable, HeaderVersion, Request, StrBytes};
+use kafka_protocol::records::{Compression, Record, RecordBatchEncoder, RecordEncodeOptions, TimestampType};
+use lakestream_kafka::KafkaFrontEnd;
+use lakestream_meta::lease::SeededTokens;
+use lakestream_objstore_s3::S3Config;
+use lakestream_server::api::Api;
+use lakestream_server::config::{KafkaConfig, MetadataConfig, ObjectStoreConfig};
+use lakestream_server::metrics::Metrics;
+use lakestream_server::{ServerConfig, Stack};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+pub const MAX_REQUEST: usize = 64 * 1024;
+
+pub fn s3_config(prefix: &str) -> S3Config {
+    let var = |name: &str| {
+        std::env::var(name).unwrap_or_else(|_| {
+            panic!(
+                "{name} is not set: these tests need a real S3 server. Run them through scripts/test, \
+                 or start one with `source scripts/servers.sh && start_s3 $(mktemp -d)`"
+            )
+        })
+    };
+    S3Config {
+        bucket: var("LAKESTREAM_TEST_S3_BUCKET"),
+        prefix: Some(prefix.to_string()),
+        endpoint: Some(var("LAKESTREAM_TEST_S3_ENDPOINT")),
+        region: var("LAKESTREAM_TEST_S3_REGION"),
+        access_key_id: Some(var("LAKESTREAM_TEST_S3_ACCESS_KEY")),
+        secret_access_key: Some(var("LAKESTREAM_TEST_S3_SECRET_KEY")),
+        force_path_style: true,
+        ..S3Config::default()
+    }
+}
+
+pub struct Running {
+    pub addr: std::net::SocketAddr,
+    _dir: tempfile::TempDir,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    task: tokio::task::JoinHandle<()>,
+    pub stack: Stack,
+}
+
+impl Running {
+    pub async fn stop(mut self) {
+        let _ = self.stop.take().unwrap().send(());
+        self.task.await.unwrap();
+        self.stack.close().await;
+    }
+}
+
+/// A stack on the embedded metadata store in `dir` and the S3 server under the prefix `run`.
+pub fn stack_config(dir: &std::path::Path, run: &str) -> ServerConfig {
+    let mut config = ServerConfig::dev(dir, "127.0.0.1:0".parse().unwrap());
+    config.metadata = MetadataConfig::Embedded { path: dir.join("metadata.redb") };
+    config.storage.wal = ObjectStoreConfig::S3(Box::new(s3_config(&format!("{run}/wal"))));
+    config.storage.compacted = ObjectStoreConfig::S3(Box::new(s3_config(&format!("{run}/compacted"))));
+    config.writer.flush_window = Duration::from_millis(5);
+    config
+}
+
+/// A name for this run's objects: unique across test processes sharing the S3 server.
+pub fn run_id(what: &str) -> String {
+    format!("{what}-{}-{}", std::process::id(), std::time::UNIX_EPOCH.elapsed().unwrap().as_nanos())
+}
+
+/// A front end (without automatic topic creation) over a stack on the embedded store and S3.
+pub async fn start() -> Running {
+    let dir = tempfile::tempdir().unwrap();
+    let config = stack_config(dir.path(), &run_id("kafka-wire"));
+    start_with(&config, 1, dir).await
+}
+
+/// A front end of broker id `node_id` (without automatic topic creation) over a stack opened
+/// from `config`; `dir` lives as long as it runs.
+pub async fn start_with(config: &ServerConfig, node_id: i32, dir: tempfile::TempDir) -> Running {
+    let stack = Stack::open(config).await.unwrap();
+    let api = Api::new(stack.clone(), Arc::new(Metrics::default()), Duration::from_secs(30));
+    let kafka = KafkaConfig {
+        addr: Some("127.0.0.1:0".parse().unwrap()),
+        node_id,
+        max_request_bytes: MAX_REQUEST,
+        auto_create_topics: false,
+        ..KafkaConfig::default()
+    };
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let tokens = Arc::new(SeededTokens::new(u64::from(std::process::id()) << 8 | node_id as u64));
+    let front = KafkaFrontEnd::from_listener(listener, &kafka, Duration::from_secs(30), tokens).unwrap();
+    let addr = front.local_addr();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let task = tokio::spawn(front.serve(api, async move {
+        let _ = stopped.await;
+    }));
+    Running { addr, _dir: dir, stop: Some(stop), task, stack }
+}
+
+pub struct Client {
+    pub socket: TcpStream,
+    next_id: i32,
+}
+
+impl Client {
+    pub async fn connect(r: &Running) -> Client {
+        Client { socket: TcpStream::connect(r.addr).await.unwrap(), next_id: 1 }
+    }
+
+    pub async fn send_frame(&mut self, frame: &[u8]) {
+        self.socket.write_all(frame).await.unwrap();
+    }
+
+    /// The next response frame, or `None` when the server closed the connection.
+    pub async fn read_frame(&mut self) -> Option<Bytes> {
+        let read = async {
+            let size = self.socket.read_i32().await.ok()?;
+            let mut body = BytesMut::zeroed(size as usize);
+            self.socket.read_exact(&mut body).await.ok()?;
+            Some(body.freeze())
+        };
+        tokio::time::timeout(Duration::from_secs(30), read)
+            .await
+            .expect("the server answers or closes within 30 s")
+    }
+
+    /// Sends a request without waiting for its response; returns its correlation id.
+    pub async fn send<R: Request>(&mut self, request: &R, version: i16) -> i32 {
+        let id = self.next_id;
+        self.next_id += 1;
+        let header = RequestHeader::default()
+            .with_request_api_key(R::KEY)
+            .with_request_api_version(version)
+            .with_correlation_id(id)
+            .with_client_id(Some(StrBytes::from_static_str("wire-test")));
+        let mut frame = BytesMut::new();
+        frame.put_i32(0);
+        header.encode(&mut frame, R::header_version(version)).unwrap();
+        request.encode(&mut frame, version).unwrap();
+        let size = (frame.len() - 4) as i32;
+        frame[..4].copy_from_slice(&size.to_be_bytes());
+        self.send_frame(&frame).await;
+        id
+    }
+
+    /// The next response, as a response of `R` at `version`, with its correlation id.
+    pub async fn receive<R: Request>(&mut self, version: i16) -> (i32, R::Response) {
+        let mut body = self.read_frame().await.expect("a response, not a closed connection");
+        let header = ResponseHeader::decode(&mut body, R::Response::header_version(version)).unwrap();
+        (header.correlation_id, R::Response::decode(&mut body, version).unwrap())
+    }
+
+    pub async fn call<R: Request>(&mut self, request: &R, version: i16) -> R::Response {
+        let id = self.send(request, version).await;
+        let (got, response) = self.receive::<R>(version).await;
+        assert_eq!(got, id);
+        response
+    }
+
+    pub async fn is_closed(&mut self) -> bool {
+        self.read_frame().await.is_none()
+    }
+}
+
+pub fn name(s: &str) -> TopicName {
+    TopicName(StrBytes::from_string(s.to_owned()))
+}
+
+pub fn batch(values: &[&str]) -> Bytes {
+    batch_with(values, Compression::None)
+}
+
+/// One record batch of `values`, compressed with `compression`.
+pub fn batch_with(values: &[&str], compression: Compression) -> Bytes {
+    let records: Vec<Record> = values
+        .iter()
+        .enumerate()
+        .map(|(i, v)| Record {
+            transactional: false,
+            control: false,
+            delete_horizon: false,
+            partition_leader_epoch: 0,
+            producer_id: -1,
+            producer_epoch: -1,
+            timestamp_type: TimestampType::Creation,
+            offset: i as i64,
+            // The encoder batches records whose offset minus sequence agree: -1 for the first
+            // makes one batch with base sequence -1, as a producer without an id sends.
+            sequence: i as i32 - 1,
+            timestamp: 1_700_000_000_000,
+            key: None,
+            value: Some(Bytes::copy_from_slice(v.as_bytes())),
+            headers: Default::default(),
+        })
+        .collect();
+    let mut out = BytesMut::new();
+    RecordBatchEncoder::encode(&mut out, &records, &RecordEncodeOptions { version: 2, compression }).unwrap();
+    out.freeze()
+}
+
+pub async fn create_topic(c: &mut Client, topic: &str, partitions: i32) -> i16 {
+    let request = CreateTopicsRequest::default().with_topics(vec![
+        create_topics_request::CreatableTopic::default()
+            .with_name(name(topic))
+            .with_num_partitions(partitions)
+            .with_replication_factor(-1),
+    ]);
+    c.call(&request, 7).await.topics[0].error_code
+}
+
+pub fn produce_request(topic: &str, partition: i32, records: Bytes, acks: i16) -> ProduceRequest {
+    ProduceRequest::default().with_acks(acks).with_timeout_ms(30_000).with_topic_data(vec![
+        produce_request::TopicProduceData::default().with_name(name(topic)).with_partition_data(vec![
+            produce_request::PartitionProduceData::default()
+                .with_index(partition)
+                .with_records(Some(records)),
+        ]),
+    ])
+}
+
+pub async fn produce(c: &mut Client, topic: &str, partition: i32, records: Bytes) -> (i16, i64) {
+    let response = c.call(&produce_request(topic, partition, records, -1), 9).await;
+    let p = &response.responses[0].partition_responses[0];
+    if p.error_code != 0 {
+        eprintln!("produce to {topic}/{partition}: error {} {:?}", p.error_code, p.error_message);
+    }
+    (p.error_code, p.base_offset)
+}
+
+pub async fn fetch(
+    c: &mut Client,
+    topic: &str,
+    offset: i64,
+    max_wait_ms: i32,
+) -> fetch_response::PartitionData {
+    let request = FetchRequest::default()
+        .with_replica_id(BrokerId(-1))
+        .with_max_wait_ms(max_wait_ms)
+        .with_min_bytes(1)
+        .with_max_bytes(1 << 20)
+        .with_topics(vec![fetch_request::FetchTopic::default().with_topic(name(topic)).with_partitions(
+            vec![
+            fetch_request::FetchPartition::default()
+                .with_partition(0)
+                .with_fetch_offset(offset)
+                .with_partition_max_bytes(1 << 20),
+        ],
+        )]);
+    c.call(&request, 12).await.responses.remove(0).partitions.remove(0)
+}
+
+pub async fn list_offset(c: &mut Client, topic: &str, timestamp: i64) -> (i16, i64) {
+    let request = ListOffsetsRequest::default().with_replica_id(BrokerId(-1)).with_topics(vec![
+        list_offsets_request::ListOffsetsTopic::default().with_name(name(topic)).with_partitions(vec![
+            list_offsets_request::ListOffsetsPartition::default()
+                .with_partition_index(0)
+                .with_timestamp(timestamp),
+        ]),
+    ]);
+    let response = c.call(&request, 7).await;
+    let p = &response.topics[0].partitions[0];
+    (p.error_code, p.offset)
+}
