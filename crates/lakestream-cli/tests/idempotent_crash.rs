@@ -23,7 +23,16 @@ const PARTITION: &str = "/v1/namespaces/default/streams/crashy/partitions/0";
 
 fn start(data: &Path, port: u16) -> Child {
     let child = Command::new(BIN)
-        .args(["dev", "--grpc-addr", "off", "--kafka-addr", "off", "--http-addr", &format!("127.0.0.1:{port}"), "--data-dir"])
+        .args([
+            "dev",
+            "--grpc-addr",
+            "off",
+            "--kafka-addr",
+            "off",
+            "--http-addr",
+            &format!("127.0.0.1:{port}"),
+            "--data-dir",
+        ])
         .arg(data)
         .stdout(Stdio::null())
         .stderr(Stdio::null())

@@ -20,6 +20,10 @@ pub(crate) fn code_of(e: &ApiError) -> i16 {
         // "May have been written": Kafka's timeout says exactly that.
         ErrorKind::OutcomeUnknown => ResponseError::RequestTimedOut,
         ErrorKind::CorruptData => ResponseError::CorruptMessage,
+        // An idempotent producer's sequence out of order, as Kafka answers it.
+        ErrorKind::OutOfSequence => ResponseError::OutOfOrderSequenceNumber,
+        // A conditional append whose expected offset no longer holds.
+        ErrorKind::PreconditionFailed => ResponseError::InvalidRequest,
         ErrorKind::RoleNotServed | ErrorKind::NotImplemented | ErrorKind::Internal => {
             ResponseError::UnknownServerError
         }

@@ -34,7 +34,16 @@ impl Service {
     /// `lakestream dev` with its data under `dir`, HTTP on `port`, no gRPC.
     pub fn dev(dir: &Path, port: u16) -> Service {
         let mut c = Command::new(BIN);
-        c.args(["dev", "--grpc-addr", "off", "--kafka-addr", "off", "--http-addr", &format!("127.0.0.1:{port}")]).current_dir(dir);
+        c.args([
+            "dev",
+            "--grpc-addr",
+            "off",
+            "--kafka-addr",
+            "off",
+            "--http-addr",
+            &format!("127.0.0.1:{port}"),
+        ])
+        .current_dir(dir);
         Service::start(c, port, "lakestream dev")
     }
 
