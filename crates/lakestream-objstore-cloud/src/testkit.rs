@@ -50,3 +50,34 @@ pub fn azure_config(prefix: &str) -> AzureConfig {
         ..AzureConfig::default()
     }
 }
+
+/// Writes an object into fake-gcs-server through its JSON upload API (`POST
+/// /upload/storage/v1/b/{bucket}/o?uploadType=media&name={name}`, plain HTTP/1.1): the
+/// emulator does not accept object_store's XML-API uploads, so tests and the benchmark seed
+/// GCS objects this way. `name` is the full object name in the bucket.
+pub async fn fake_gcs_upload(endpoint: &str, bucket: &str, name: &str, bytes: &[u8]) -> Result<(), String> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let authority = endpoint.strip_prefix("http://").ok_or("the GCS test endpoint is not http://")?;
+    let mut stream = tokio::net::TcpStream::connect(authority).await.map_err(|e| e.to_string())?;
+    let encoded: String = name
+        .bytes()
+        .map(|b| {
+            if b.is_ascii_alphanumeric() || b"-._~".contains(&b) {
+                (b as char).to_string()
+            } else {
+                format!("%{b:02X}")
+            }
+        })
+        .collect();
+    let head = format!(
+        "POST /upload/storage/v1/b/{bucket}/o?uploadType=media&name={encoded} HTTP/1.1\r\nHost: {authority}\r\n\
+         Content-Type: application/octet-stream\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        bytes.len()
+    );
+    stream.write_all(head.as_bytes()).await.map_err(|e| e.to_string())?;
+    stream.write_all(bytes).await.map_err(|e| e.to_string())?;
+    let mut response = Vec::new();
+    stream.read_to_end(&mut response).await.map_err(|e| e.to_string())?;
+    let text = String::from_utf8_lossy(&response);
+    if text.starts_with("HTTP/1.1 200") { Ok(()) } else { Err(text.chars().take(300).collect()) }
+}
