@@ -166,7 +166,7 @@ start_azurite() {
   port=$(free_port)
   mkdir -p "$dir/azurite"
   "$AZURITE_DIR/node_modules/.bin/azurite-blob" --blobHost 127.0.0.1 --blobPort "$port" --location "$dir/azurite" \
-    --skipApiVersionCheck --disableProductStyleUrl --silent >"$dir/azurite.log" 2>&1 &
+    --skipApiVersionCheck --disableProductStyleUrl --disableTelemetry --silent >"$dir/azurite.log" 2>&1 &
   AZURITE_PID=$!
   wait_for_port 127.0.0.1 "$port" 60 azurite || { cat "$dir/azurite.log" >&2; return 1; }
   export LAKESTREAM_TEST_AZURE_ENDPOINT="http://127.0.0.1:$port/devstoreaccount1"
