@@ -20,9 +20,25 @@ fn var(name: &str) -> String {
 /// proven atomic against it (the real service documents them as atomic).
 pub const FAKE_GCS_CONDITIONAL_PUT: ConditionalPut = ConditionalPut::Sequential;
 
-/// How Azurite 3.37.0 treats `If-None-Match: *`: as fake-gcs-server, see
-/// [`FAKE_GCS_CONDITIONAL_PUT`].
-pub const AZURITE_CONDITIONAL_PUT: ConditionalPut = ConditionalPut::Sequential;
+/// How Azurite 3.37.0 treats `If-None-Match: *`: atomically. Its Put Blob looks the name up,
+/// checks the condition and inserts in one synchronous step of its in-memory metadata store
+/// (`LokiBlobMetadataStore::createBlob`, no `await` in between, on Node's single thread), so
+/// the concurrent-create check runs against it. That proves our handling, not the service.
+pub const AZURITE_CONDITIONAL_PUT: ConditionalPut = ConditionalPut::Atomic;
+
+/// The emulator's promise, or the one `LAKESTREAM_TEST_{service}_CONDITIONAL_PUT`
+/// (`atomic`, `sequential`, `disabled`) declares (to probe an emulator, or for a real
+/// service). Panics on another value.
+fn conditional_put(service: &str, emulator: ConditionalPut) -> ConditionalPut {
+    let name = format!("LAKESTREAM_TEST_{service}_CONDITIONAL_PUT");
+    match std::env::var(&name).as_deref() {
+        Err(_) => emulator,
+        Ok("atomic") => ConditionalPut::Atomic,
+        Ok("sequential") => ConditionalPut::Sequential,
+        Ok("disabled") => ConditionalPut::Disabled,
+        Ok(other) => panic!("{name}={other:?}: expected atomic, sequential or disabled"),
+    }
+}
 
 /// fake-gcs-server's bucket, `prefix` below it, anonymous requests.
 pub fn gcs_config(prefix: &str) -> GcsConfig {
@@ -31,7 +47,7 @@ pub fn gcs_config(prefix: &str) -> GcsConfig {
         prefix: Some(prefix.to_owned()),
         endpoint: Some(var("LAKESTREAM_TEST_GCS_ENDPOINT")),
         anonymous: true,
-        conditional_put: FAKE_GCS_CONDITIONAL_PUT,
+        conditional_put: conditional_put("GCS", FAKE_GCS_CONDITIONAL_PUT),
         max_attempts: 3,
         ..GcsConfig::default()
     }
@@ -45,7 +61,7 @@ pub fn azure_config(prefix: &str) -> AzureConfig {
         account: Some(var("LAKESTREAM_TEST_AZURE_ACCOUNT")),
         endpoint: Some(var("LAKESTREAM_TEST_AZURE_ENDPOINT")),
         access_key: Some(var("LAKESTREAM_TEST_AZURE_ACCESS_KEY")),
-        conditional_put: AZURITE_CONDITIONAL_PUT,
+        conditional_put: conditional_put("AZURE", AZURITE_CONDITIONAL_PUT),
         max_attempts: 3,
         ..AzureConfig::default()
     }

@@ -3,8 +3,8 @@
 //! running.
 //!
 //! What the emulators do not prove about the real services:
-//! - that conditional creates are atomic under concurrency (both emulators are run as
-//!   `Sequential`, so the concurrent-create check is skipped);
+//! - that the services' conditional creates are atomic under concurrency (Azurite's are, and
+//!   the concurrent-create check runs against it; fake-gcs-server is run as `Sequential`);
 //! - for GCS, any upload: object_store writes through the XML API (`PUT /bucket/object` with
 //!   `x-goog-if-generation-match: 0`, XML multipart, copy with `x-goog-copy-source`), which
 //!   fake-gcs-server 1.56.1 does not implement (it answers `400 invalid uploadType`; its issue

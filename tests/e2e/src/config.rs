@@ -178,7 +178,7 @@ impl ServiceConfig {
                 let _ = writeln!(
                     t,
                     "[storage.{root}]\nbackend = \"azure\"\nurl = {}\naccount = {}\nendpoint = {}\n\
-                     access_key = {}\nconditional_put = \"sequential\"\nmax_attempts = {}\n\
+                     access_key = {}\nmax_attempts = {}\n\
                      initial_backoff = \"20ms\"\nmax_backoff = \"500ms\"\nattempt_timeout = \"20s\"\n",
                     quote(&format!("az://{}/{}/{root}", azure.container, self.prefix)),
                     quote(&azure.account),

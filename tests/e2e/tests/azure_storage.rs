@@ -3,9 +3,8 @@
 //! emulator `scripts/test` starts). produce → consume from the WAL → compact → consume the
 //! same entries from Parquet; both roots hold the objects afterwards.
 //!
-//! Not proven here: that the real service's `If-None-Match: *` is atomic under concurrency
-//! (the roots are configured `conditional_put = "sequential"`, as Azurite is run), and
-//! throughput of the real service. GCS is not run end to end: fake-gcs-server 1.56.1 does
+//! Not proven here: the real service's behaviour and throughput (the roots keep the default
+//! `conditional_put = "atomic"`, which Azurite honours). GCS is not run end to end: fake-gcs-server 1.56.1 does
 //! not accept object_store's XML-API uploads (see lakestream-objstore-cloud's
 //! tests/emulators.rs).
 
