@@ -168,6 +168,31 @@ install_node_tools() {
   (cd "$NODE_CE_DIR" && npm ci --no-audit --no-fund --silent)
 }
 
+# Azurite, the Azure Storage emulator (npm `azurite`): `npm ci` from tests/azurite's committed
+# lock into a cache directory outside the clone (reinstalled when the lock changes).
+AZURITE_DIR="$LAKESTREAM_TOOLS/azurite"
+install_azurite() {
+  local src
+  src="$(dirname "${BASH_SOURCE[0]}")/../tests/azurite"
+  if [ -x "$AZURITE_DIR/node_modules/.bin/azurite-blob" ] && cmp -s "$src/package-lock.json" "$AZURITE_DIR/package-lock.json"; then
+    return 0
+  fi
+  log "installing Azurite (npm ci) into $AZURITE_DIR"
+  mkdir -p "$AZURITE_DIR"
+  cp "$src/package.json" "$src/package-lock.json" "$AZURITE_DIR/"
+  (cd "$AZURITE_DIR" && npm ci --no-audit --no-fund --silent)
+}
+
+# fake-gcs-server, a Google Cloud Storage emulator, built once with `go install` from the Go
+# module proxy into $LAKESTREAM_TOOLS.
+FAKE_GCS_VERSION=1.56.1
+FAKE_GCS_BIN="$LAKESTREAM_TOOLS/fake-gcs-server-$FAKE_GCS_VERSION/bin/fake-gcs-server"
+install_fake_gcs() {
+  if [ -x "$FAKE_GCS_BIN" ]; then return 0; fi
+  log "installing fake-gcs-server $FAKE_GCS_VERSION (go install) into $LAKESTREAM_TOOLS (once)"
+  GOBIN="$(dirname "$FAKE_GCS_BIN")" GOFLAGS=-mod=mod go install "github.com/fsouza/fake-gcs-server@v$FAKE_GCS_VERSION"
+}
+
 # Starts s3s-fs over a fresh directory; exports LAKESTREAM_TEST_S3_* and sets S3_PID.
 start_s3() {
   local dir=$1 port
@@ -199,6 +224,41 @@ start_oxia() {
   export LAKESTREAM_TEST_OXIA="127.0.0.1:$port"
   export LAKESTREAM_TEST_OXIA_BIN="$OXIA_BIN"
   log "oxia $OXIA_VERSION standalone (4 shards) on $LAKESTREAM_TEST_OXIA (pid $OXIA_PID)"
+}
+
+# Starts Azurite's blob service over a fresh directory with its well-known development account;
+# exports LAKESTREAM_TEST_AZURE_* and sets AZURITE_PID.
+start_azurite() {
+  local dir=$1 port
+  port=$(free_port)
+  mkdir -p "$dir/azurite"
+  "$AZURITE_DIR/node_modules/.bin/azurite-blob" --blobHost 127.0.0.1 --blobPort "$port" --location "$dir/azurite" \
+    --skipApiVersionCheck --disableProductStyleUrl --disableTelemetry --silent >"$dir/azurite.log" 2>&1 &
+  AZURITE_PID=$!
+  wait_for_port 127.0.0.1 "$port" 60 azurite || { cat "$dir/azurite.log" >&2; return 1; }
+  export LAKESTREAM_TEST_AZURE_ENDPOINT="http://127.0.0.1:$port/devstoreaccount1"
+  export LAKESTREAM_TEST_AZURE_ACCOUNT=devstoreaccount1
+  # Azurite's published development key (the same in every installation), not a secret.
+  export LAKESTREAM_TEST_AZURE_ACCESS_KEY="Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw=="
+  export LAKESTREAM_TEST_AZURE_CONTAINER=lakestream-test
+  "$(dirname "${BASH_SOURCE[0]}")/azure-create-container" "$LAKESTREAM_TEST_AZURE_ENDPOINT" \
+    "$LAKESTREAM_TEST_AZURE_ACCOUNT" "$LAKESTREAM_TEST_AZURE_ACCESS_KEY" "$LAKESTREAM_TEST_AZURE_CONTAINER"
+  log "azurite (blob) on $LAKESTREAM_TEST_AZURE_ENDPOINT (pid $AZURITE_PID)"
+}
+
+# Starts fake-gcs-server over HTTP with an in-memory backend and one bucket; exports
+# LAKESTREAM_TEST_GCS_* and sets FAKE_GCS_PID.
+start_fake_gcs() {
+  local dir=$1 port
+  port=$(free_port)
+  mkdir -p "$dir/fake-gcs/data/lakestream-test"
+  "$FAKE_GCS_BIN" -scheme http -host 127.0.0.1 -port "$port" -public-host "127.0.0.1:$port" \
+    -backend memory -data "$dir/fake-gcs/data" -log-level warn >"$dir/fake-gcs.log" 2>&1 &
+  FAKE_GCS_PID=$!
+  wait_for_port 127.0.0.1 "$port" 30 fake-gcs-server || { cat "$dir/fake-gcs.log" >&2; return 1; }
+  export LAKESTREAM_TEST_GCS_ENDPOINT="http://127.0.0.1:$port"
+  export LAKESTREAM_TEST_GCS_BUCKET=lakestream-test
+  log "fake-gcs-server $FAKE_GCS_VERSION on $LAKESTREAM_TEST_GCS_ENDPOINT (pid $FAKE_GCS_PID)"
 }
 
 stop_pid() { # pid name

@@ -118,14 +118,23 @@ impl BenchContext {
         config.roles.reader = true;
         // The compact scenario builds its own compactor (with ranges closing at once).
         config.roles.compactor = false;
+        let per_run = |prefix: &Option<String>| {
+            let base = prefix.as_deref().unwrap_or("").trim_end_matches('/');
+            Some(if base.is_empty() { format!("bench-{run_id}") } else { format!("{base}/bench-{run_id}") })
+        };
         for root in [&mut config.storage.wal, &mut config.storage.compacted] {
-            if let ObjectStoreConfig::S3(s3) = root {
-                let base = s3.prefix.as_deref().unwrap_or("").trim_end_matches('/');
-                s3.prefix = Some(if base.is_empty() {
-                    format!("bench-{run_id}")
-                } else {
-                    format!("{base}/bench-{run_id}")
-                });
+            match root {
+                ObjectStoreConfig::Local { .. } => {}
+                ObjectStoreConfig::S3(s3) => s3.prefix = per_run(&s3.prefix),
+                // A root given as a URL keeps its prefix there.
+                ObjectStoreConfig::Gcs(gcs) => match &mut gcs.url {
+                    Some(url) => *url = format!("{}/bench-{run_id}", url.trim_end_matches('/')),
+                    None => gcs.prefix = per_run(&gcs.prefix),
+                },
+                ObjectStoreConfig::Azure(azure) => match &mut azure.url {
+                    Some(url) => *url = format!("{}/bench-{run_id}", url.trim_end_matches('/')),
+                    None => azure.prefix = per_run(&azure.prefix),
+                },
             }
         }
         let stores = describe_stores(&config);
@@ -240,6 +249,12 @@ fn describe_stores(config: &ServerConfig) -> String {
         ObjectStoreConfig::Local { .. } => "local disk".to_string(),
         ObjectStoreConfig::S3(s3) => {
             format!("S3 at {}", s3.endpoint.as_deref().unwrap_or("the default endpoint"))
+        }
+        ObjectStoreConfig::Gcs(gcs) => {
+            format!("GCS at {}", gcs.endpoint.as_deref().unwrap_or("the default endpoint"))
+        }
+        ObjectStoreConfig::Azure(azure) => {
+            format!("Azure Blob at {}", azure.endpoint.as_deref().unwrap_or("the default endpoint"))
         }
     };
     let meta = match &config.metadata {

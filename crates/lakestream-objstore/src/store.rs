@@ -27,6 +27,16 @@ pub struct ObjectMeta {
 }
 
 /// How far a backend enforces write-once `put`.
+///
+/// | backend | promise |
+/// |---|---|
+/// | `InMemoryStore`, `LocalFsStore` | `Atomic` |
+/// | S3 (`lakestream-objstore-s3`), `If-None-Match: *` | per `conditional_put`: `Atomic` on AWS S3, `Sequential` on s3s-fs |
+/// | GCS (`lakestream-objstore-cloud`), `ifGenerationMatch=0` | `Atomic` (the service's documented precondition); `Sequential` as configured for fake-gcs-server |
+/// | Azure Blob (`lakestream-objstore-cloud`), `If-None-Match: *` | `Atomic` (the service's documented condition); `Sequential` as configured for Azurite |
+///
+/// Large objects on GCS and Azure are uploaded to a staging name and copied into place under
+/// the same condition, so the promise covers them too.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum WriteOnce {
     /// `put` on an existing name fails with `AlreadyExists`, and of several concurrent

@@ -13,6 +13,7 @@ use std::time::Duration;
 
 use lakestream_catalog::CatalogConfig;
 use lakestream_compactor::CompactorConfig;
+use lakestream_objstore_cloud::{AzureConfig, GcsConfig};
 use lakestream_objstore_s3::S3Config;
 use lakestream_reader::ReaderConfig;
 use lakestream_writer::WriterConfig;
@@ -374,6 +375,10 @@ pub enum ObjectStoreConfig {
     },
     /// An S3-compatible object store.
     S3(Box<S3Config>),
+    /// Google Cloud Storage (`bucket` and `prefix`, or `url = "gs://bucket/prefix"`).
+    Gcs(Box<GcsConfig>),
+    /// Azure Blob Storage (`container` and `prefix`, or `url = "az://container/prefix"`).
+    Azure(Box<AzureConfig>),
 }
 
 /// A configuration that cannot be used: names the file, key or variable and what is wrong.
@@ -448,12 +453,19 @@ pub const ENV_ALIASES: [(&str, &[&str]); 6] = [
 
 /// Keys whose values are secrets: an error about them, or about a section holding them, never
 /// shows the value.
-const SECRET_KEYS: [&str; 6] = [
+const SECRET_KEYS: [&str; 12] = [
     "metadata.bearer_token",
     "storage.wal.secret_access_key",
     "storage.wal.session_token",
     "storage.compacted.secret_access_key",
     "storage.compacted.session_token",
+    // GCS and Azure.
+    "storage.wal.service_account_key",
+    "storage.wal.access_key",
+    "storage.wal.connection_string",
+    "storage.compacted.service_account_key",
+    "storage.compacted.access_key",
+    "storage.compacted.connection_string",
     "auth.tokens",
 ];
 
@@ -855,11 +867,23 @@ impl ServerConfig {
         if self.http.max_body_bytes == 0 {
             return Err(invalid("http.max_body_bytes", &"must be greater than 0"));
         }
+        // The full key of the field a backend names (`storage.wal.url`).
+        let invalid_field = |section: &str, e: lakestream_objstore::ObjectStoreError| match e {
+            lakestream_objstore::ObjectStoreError::InvalidConfig { field, reason } => {
+                invalid(&format!("{section}.{field}"), &reason)
+            }
+            other => invalid(section, &other),
+        };
         for (key, store) in
             [("storage.wal", &self.storage.wal), ("storage.compacted", &self.storage.compacted)]
         {
-            if let ObjectStoreConfig::S3(s3) = store {
-                s3.validate().map_err(|e| invalid(key, &e))?;
+            match store {
+                ObjectStoreConfig::Local { .. } => {}
+                ObjectStoreConfig::S3(s3) => s3.validate().map_err(|e| invalid(key, &e))?,
+                ObjectStoreConfig::Gcs(gcs) => gcs.validate().map(drop).map_err(|e| invalid_field(key, e))?,
+                ObjectStoreConfig::Azure(azure) => {
+                    azure.validate().map(drop).map_err(|e| invalid_field(key, e))?
+                }
             }
         }
         if let MetadataConfig::Oxia { addresses, .. } = &self.metadata
@@ -1099,6 +1123,61 @@ mod tests {
         )
         .unwrap();
         assert!(matches!(&config.metadata, MetadataConfig::Oxia { addresses, .. } if addresses == &["a:1"]));
+    }
+
+    #[test]
+    fn gcs_and_azure_roots_from_urls_or_keys() {
+        let text = "[storage.wal]\nbackend = \"gcs\"\nurl = \"gs://lake-bucket/prod/wal\"\n\n\
+                    [storage.compacted]\nbackend = \"azure\"\naccount = \"lakeacct\"\ncontainer = \"lake\"\n\
+                    prefix = \"prod/compacted\"\naccess_key = \"hunter2key\"\n";
+        let config = ServerConfig::from_toml(text, Path::new("x.toml")).unwrap();
+        config.validate().unwrap();
+        match (&config.storage.wal, &config.storage.compacted) {
+            (ObjectStoreConfig::Gcs(gcs), ObjectStoreConfig::Azure(azure)) => {
+                assert_eq!(gcs.validate().unwrap().to_string(), "lake-bucket/prod/wal");
+                assert_eq!(azure.validate().unwrap().to_string(), "lake/prod/compacted");
+            }
+            other => panic!("{other:?}"),
+        }
+        let roots = crate::deployment::StorageRoots::of(&config.storage).unwrap();
+        assert_eq!(
+            (roots.wal.as_str(), roots.compacted.as_str()),
+            ("gs://lake-bucket/prod/wal", "az://lake/prod/compacted")
+        );
+        assert!(!format!("{config:?}").contains("hunter2key"), "Debug hides the Azure key");
+    }
+
+    #[test]
+    fn bad_gcs_and_azure_settings_name_the_key() {
+        for (text, key) in [
+            ("[storage.wal]\nbackend = \"gcs\"\nurl = \"s3://b/p\"\n", "storage.wal.url"),
+            ("[storage.wal]\nbackend = \"gcs\"\nprefix = \"wal\"\n", "storage.wal.bucket"),
+            ("[storage.compacted]\nbackend = \"azure\"\nurl = \"az://\"\n", "storage.compacted.url"),
+            (
+                "[storage.compacted]\nbackend = \"azure\"\ncontainer = \"lake\"\nmax_attempts = 0\n",
+                "storage.compacted.max_attempts",
+            ),
+        ] {
+            let err = ServerConfig::from_toml(text, Path::new("x.toml")).unwrap().validate().unwrap_err();
+            assert!(matches!(&err, ConfigError::Invalid { key: k, .. } if k == key), "{text}: {err}");
+        }
+        // A key the backend does not have is refused when the file is read.
+        let err = ServerConfig::from_toml(
+            "[storage.wal]\nbackend = \"gcs\"\nbuckett = \"b\"\n",
+            Path::new("x.toml"),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(err.contains("buckett"), "{err}");
+        // A secret of a badly typed value is not shown.
+        let err = ServerConfig::from_toml_and_env(
+            "[storage.wal]\nbackend = \"azure\"\ncontainer = \"lake\"\n",
+            Path::new("x.toml"),
+            env(&[("LAKESTREAM_STORAGE__WAL__CONNECTION_STRING", "[hunter2secret]")]),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(!err.contains("hunter2secret"), "{err}");
     }
 
     #[test]

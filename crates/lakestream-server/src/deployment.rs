@@ -234,6 +234,13 @@ fn describe(key: &'static str, config: &ObjectStoreConfig) -> Result<String, (&'
                 None => format!("s3://{}", s3.bucket),
             })
         }
+        // The root as the validated config resolves it (from `url` or the separate keys).
+        ObjectStoreConfig::Gcs(gcs) => {
+            Ok(format!("gs://{}", gcs.validate().map_err(|e| (key, e.to_string()))?))
+        }
+        ObjectStoreConfig::Azure(azure) => {
+            Ok(format!("az://{}", azure.validate().map_err(|e| (key, e.to_string()))?))
+        }
     }
 }
 

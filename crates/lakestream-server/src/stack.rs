@@ -11,6 +11,7 @@ use lakestream_meta::lease::RandomTokens;
 use lakestream_meta::{EmbeddedStore, InMemoryStore, MetaStore};
 use lakestream_meta_oxia::{OxiaConfig, OxiaStore, OxiaTls};
 use lakestream_objstore::{LocalFsStore, ObjectRoot, ObjectStore};
+use lakestream_objstore_cloud::CloudStore;
 use lakestream_objstore_s3::S3Store;
 use lakestream_reader::{Reader, ReaderDeps};
 use lakestream_writer::{Writer, WriterDeps};
@@ -340,6 +341,12 @@ fn open_objects(root: &'static str, config: &ObjectStoreConfig) -> Result<Arc<dy
             Arc::new(LocalFsStore::new(dir, parsed).map_err(|e| err(e.to_string()))?)
         }
         ObjectStoreConfig::S3(s3) => Arc::new(S3Store::new((**s3).clone()).map_err(|e| err(e.to_string()))?),
+        ObjectStoreConfig::Gcs(gcs) => {
+            Arc::new(CloudStore::gcs((**gcs).clone()).map_err(|e| err(e.to_string()))?)
+        }
+        ObjectStoreConfig::Azure(azure) => {
+            Arc::new(CloudStore::azure((**azure).clone()).map_err(|e| err(e.to_string()))?)
+        }
     })
 }
 

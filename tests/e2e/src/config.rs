@@ -6,7 +6,7 @@ use std::fmt::Write as _;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use crate::env::S3Env;
+use crate::env::{AzureEnv, S3Env};
 
 /// Which roles a process serves.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -118,6 +118,8 @@ pub struct ServiceConfig {
     pub reader_cache_bytes: u64,
     /// Attempts per S3 request (retries hide dropped connections).
     pub s3_max_attempts: u32,
+    /// Store into Azure Blob storage (roots given as `az://` URLs) instead of S3.
+    pub azure: Option<AzureEnv>,
 }
 
 impl ServiceConfig {
@@ -135,6 +137,7 @@ impl ServiceConfig {
             writer_session_timeout: Duration::from_secs(2),
             reader_cache_bytes: 64 << 20,
             s3_max_attempts: 6,
+            azure: None,
         }
     }
 
@@ -171,6 +174,20 @@ impl ServiceConfig {
             }
         }
         for root in ["wal", "compacted"] {
+            if let Some(azure) = &self.azure {
+                let _ = writeln!(
+                    t,
+                    "[storage.{root}]\nbackend = \"azure\"\nurl = {}\naccount = {}\nendpoint = {}\n\
+                     access_key = {}\nmax_attempts = {}\n\
+                     initial_backoff = \"20ms\"\nmax_backoff = \"500ms\"\nattempt_timeout = \"20s\"\n",
+                    quote(&format!("az://{}/{}/{root}", azure.container, self.prefix)),
+                    quote(&azure.account),
+                    quote(&azure.endpoint),
+                    quote(&azure.access_key),
+                    self.s3_max_attempts,
+                );
+                continue;
+            }
             let _ = writeln!(
                 t,
                 "[storage.{root}]\nbackend = \"s3\"\nbucket = {}\nprefix = {}\nendpoint = {}\nregion = {}\n\

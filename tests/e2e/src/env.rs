@@ -4,6 +4,7 @@
 //! | variable | meaning |
 //! |---|---|
 //! | `LAKESTREAM_TEST_S3_ENDPOINT`, `_BUCKET`, `_ACCESS_KEY`, `_SECRET_KEY`, `_REGION` | the S3 server (`scripts/test` starts s3s-fs and sets them) |
+//! | `LAKESTREAM_TEST_AZURE_ENDPOINT`, `_ACCOUNT`, `_ACCESS_KEY`, `_CONTAINER` | Azurite, for the suites on Azure Blob storage (`scripts/test` starts it) |
 //! | `LAKESTREAM_TEST_OXIA_BIN` | the Oxia binary; the separate-process topology starts its own server with it |
 //! | `LAKESTREAM_BIN` | the `lakestream` binary (default: next to the test executable's `deps/`) |
 //! | `LAKESTREAM_E2E_HTTP` | an external stack's writer (and catalog) URL, e.g. after `docker compose up` |
@@ -21,6 +22,40 @@ use crate::{Error, Result};
 /// How to start an S3 server when none is configured.
 pub const HOW_TO_START_S3: &str = "run the suite through scripts/test, or start one with \
      `source scripts/servers.sh && start_s3 $(mktemp -d)` in the shell that runs cargo test";
+
+/// An Azure Blob Storage account the services store into instead of S3 (Azurite).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AzureEnv {
+    /// The account URL, `http://host:port/account`.
+    pub endpoint: String,
+    /// The account.
+    pub account: String,
+    /// Its shared key.
+    pub access_key: String,
+    /// The container (it exists).
+    pub container: String,
+}
+
+impl AzureEnv {
+    /// Reads `LAKESTREAM_TEST_AZURE_*`; an error names the first missing variable.
+    pub fn from_env() -> Result<AzureEnv> {
+        let get = |name: &str| {
+            std::env::var(name).ok().filter(|v| !v.is_empty()).ok_or_else(|| {
+                Error::new(format!(
+                    "{name} is not set: this suite needs Azurite; run it through scripts/test, or start it \
+                     with `source scripts/servers.sh && install_azurite && start_azurite $(mktemp -d)` in \
+                     the shell that runs cargo test"
+                ))
+            })
+        };
+        Ok(AzureEnv {
+            endpoint: get("LAKESTREAM_TEST_AZURE_ENDPOINT")?,
+            account: get("LAKESTREAM_TEST_AZURE_ACCOUNT")?,
+            access_key: get("LAKESTREAM_TEST_AZURE_ACCESS_KEY")?,
+            container: get("LAKESTREAM_TEST_AZURE_CONTAINER")?,
+        })
+    }
+}
 
 /// The S3 server the services store into.
 #[derive(Debug, Clone, PartialEq, Eq)]
