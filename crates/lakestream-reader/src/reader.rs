@@ -365,20 +365,25 @@ impl Reader {
             true => {
                 let object = match cached {
                     Some(object) => object,
+                    // Single-flight: readers of other logs of this object wait for this GET.
                     None => {
-                        let bytes = match self.get_object(&self.inner.deps.wal, log_id, &raw.location).await?
-                        {
-                            Attempt::Done(b) => b,
-                            Attempt::Missing(o) => return Ok(Attempt::Missing(o)),
+                        let load = async {
+                            let bytes =
+                                match self.get_object(&self.inner.deps.wal, log_id, &raw.location).await? {
+                                    Attempt::Done(b) => b,
+                                    Attempt::Missing(_) => return Ok(None),
+                                };
+                            let weight = bytes.len();
+                            let object = WalObject::parse(bytes).map_err(|e| corrupt(e.to_string()))?;
+                            Ok::<_, ReadError>(Some((CachedWal::Object(Arc::new(object)), weight)))
                         };
-                        let weight = bytes.len();
-                        let object = Arc::new(WalObject::parse(bytes).map_err(|e| corrupt(e.to_string()))?);
-                        self.inner.wal_objects.insert(
-                            &raw.location,
-                            CachedWal::Object(object.clone()),
-                            weight,
-                        );
-                        object
+                        match self.inner.wal_objects.get_or_load(&raw.location, load).await? {
+                            Some(CachedWal::Object(object)) => object,
+                            Some(CachedWal::Section(_)) => {
+                                return Err(corrupt("a section was cached under the object's name".into()));
+                            }
+                            None => return Ok(Attempt::Missing(raw.location.clone())),
+                        }
                     }
                 };
                 // Borrowed from the cached object: nothing per entry is copied but the slices.
@@ -389,25 +394,30 @@ impl Reader {
                 wanted.take(section, object.payload_region(), 0).map(Attempt::Done).map_err(corrupt)
             }
             false => {
-                // Adaptive reads cache the section they read; the ranged mode caches nothing.
-                let key = format!("{}#{}", raw.location, log_id.0);
-                let cached = match (mode, self.inner.wal_objects.get(&key)) {
-                    (WalReadMode::Adaptive, Some(CachedWal::Section(section))) => Some(section),
-                    _ => None,
-                };
-                let got = match cached {
-                    Some(got) => got,
-                    None => {
-                        let got = match self.read_section_ranged(log_id, record, raw).await? {
-                            Attempt::Done(got) => Arc::new(got),
-                            Attempt::Missing(o) => return Ok(Attempt::Missing(o)),
-                        };
-                        if mode == WalReadMode::Adaptive {
+                let load = async {
+                    match self.read_section_ranged(log_id, record, raw).await? {
+                        Attempt::Done(got) => {
                             let weight = got.1.len() + 16 * got.0.entries.len();
-                            self.inner.wal_objects.insert(&key, CachedWal::Section(got.clone()), weight);
+                            Ok::<_, ReadError>(Some((CachedWal::Section(Arc::new(got)), weight)))
                         }
-                        got
+                        Attempt::Missing(_) => Ok(None),
                     }
+                };
+                let got = match mode {
+                    // Adaptive reads cache the section they read (single-flight, keyed
+                    // `{object}#{log}`); the ranged mode caches nothing.
+                    WalReadMode::Adaptive => {
+                        let key = format!("{}#{}", raw.location, log_id.0);
+                        self.inner.wal_objects.get_or_load(&key, load).await?
+                    }
+                    _ => load.await?.map(|(got, _)| got),
+                };
+                let got = match got {
+                    Some(CachedWal::Section(got)) => got,
+                    Some(CachedWal::Object(_)) => {
+                        return Err(corrupt("an object was cached under a section's name".into()));
+                    }
+                    None => return Ok(Attempt::Missing(raw.location.clone())),
                 };
                 let (section, part, part_start) = &*got;
                 section.check_matches_record(raw).map_err(|e| corrupt(e.to_string()))?;
@@ -626,14 +636,20 @@ impl Reader {
         name: &str,
     ) -> Result<Attempt<Bytes>, ReadError> {
         let cache_key = format!("{:p}/{name}", Arc::as_ptr(store));
-        if let Some(b) = self.inner.objects.get(&cache_key) {
-            return Ok(Attempt::Done(b));
-        }
-        let got = self.get_object(store, log_id, name).await?;
-        if let Attempt::Done(b) = &got {
-            self.inner.objects.insert(&cache_key, b.clone(), b.len());
-        }
-        Ok(got)
+        // Single-flight: concurrent reads of one object wait for one GET.
+        let load = async {
+            Ok(match self.get_object(store, log_id, name).await? {
+                Attempt::Done(b) => {
+                    let weight = b.len();
+                    Some((b, weight))
+                }
+                Attempt::Missing(_) => None,
+            })
+        };
+        Ok(match self.inner.objects.get_or_load(&cache_key, load).await? {
+            Some(b) => Attempt::Done(b),
+            None => Attempt::Missing(name.to_string()),
+        })
     }
 
     async fn get_object(
