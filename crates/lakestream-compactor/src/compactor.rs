@@ -841,8 +841,8 @@ struct OpenFile {
 }
 
 enum Encoding {
-    Idle(CompactedFileWriter),
-    Busy(tokio::task::JoinHandle<Result<CompactedFileWriter, lakestream_format::FormatError>>),
+    Idle(Box<CompactedFileWriter>),
+    Busy(tokio::task::JoinHandle<Result<Box<CompactedFileWriter>, lakestream_format::FormatError>>),
     /// An encoding failed; its error was returned.
     Failed,
 }
@@ -927,7 +927,7 @@ impl<'a> FilesBuilder<'a> {
                 .map_err(self.encode_err("companion file"))?;
             self.current = Some(OpenFile {
                 name,
-                data: Encoding::Idle(data),
+                data: Encoding::Idle(Box::new(data)),
                 companion,
                 rows: Vec::new(),
                 rows_bytes: 0,
@@ -968,7 +968,7 @@ impl<'a> FilesBuilder<'a> {
             return Err(writer_lost(log_id));
         };
         let rows = writer.row_count();
-        let data = tokio::task::spawn_blocking(move || writer.finish())
+        let data = tokio::task::spawn_blocking(move || (*writer).finish())
             .await
             .map_err(|e| encode_task_failed(log_id, e))?
             .map_err(self.encode_err("compacted file"))?;
