@@ -564,7 +564,15 @@ impl Compactor {
                 // steps of a range took effect before a failure.
                 tracing::debug!(%log_id, start, end, ?outcome, "C3 done");
                 let range = PendingRetire { start, end };
-                self.retire(log_id, range, prepared.wal_objects(), &lease).await?;
+                // C3 (this attempt's or an earlier one's) wrote the ledger entries of the
+                // range's objects before its Put, and an entry outlives its object's last
+                // naming record (it is removed only once the object is gone), so C4 writes
+                // them again only after a skipped C3: one ledger write per object per range.
+                let announced =
+                    matches!(outcome, InstallOutcome::Installed | InstallOutcome::AlreadyInstalled);
+                let objects: Vec<&str> =
+                    if announced { Vec::new() } else { prepared.wal_objects().collect() };
+                self.retire(log_id, range, objects, &lease).await?;
                 tracing::debug!(%log_id, start, end, "C4 done");
                 self.record_progress(log_id, prepared.plan.end, &lease).await?;
                 tracing::debug!(%log_id, cursor = end, "C5 done");

@@ -30,6 +30,9 @@ pub const LEDGER_PREFIX: &str = "/lakestream-wal-retired/";
 /// `/` keeps the key one level deep; `%` keeps the encoding reversible.
 const ESCAPED: &AsciiSet = &CONTROLS.add(b'/').add(b'%');
 
+/// How many ledger records one announcement updates at once.
+const RETIREMENT_CONCURRENCY: usize = 16;
+
 /// How many times a conditional ledger update is retried after losing a race.
 const CAS_ATTEMPTS: usize = 8;
 
@@ -76,19 +79,26 @@ pub async fn record_retirements<'a>(
     objects: impl IntoIterator<Item = &'a str>,
     now_ms: i64,
 ) -> CompactResult<()> {
+    use futures::{StreamExt, TryStreamExt};
     let mut seen = std::collections::BTreeSet::new();
-    for object in objects.into_iter().filter(|o| seen.insert(*o)) {
-        let key = ledger_key(object);
-        let fresh = LedgerValue { retired_ms: now_ms, unreferenced_since_ms: None };
-        update(meta, &key, |old| match old {
-            None => Some(fresh),
-            Some(v) => {
-                Some(LedgerValue { retired_ms: v.retired_ms.max(now_ms), unreferenced_since_ms: None })
-            }
+    let objects: Vec<&str> = objects.into_iter().filter(|o| seen.insert(*o)).collect();
+    // Independent records: updated RETIREMENT_CONCURRENCY at a time, not one round trip after
+    // another. All complete (or the call fails) before the caller removes any record.
+    futures::stream::iter(objects)
+        .map(|object| async move {
+            let key = ledger_key(object);
+            let fresh = LedgerValue { retired_ms: now_ms, unreferenced_since_ms: None };
+            update(meta, &key, |old| match old {
+                None => Some(fresh),
+                Some(v) => {
+                    Some(LedgerValue { retired_ms: v.retired_ms.max(now_ms), unreferenced_since_ms: None })
+                }
+            })
+            .await
         })
-        .await?;
-    }
-    Ok(())
+        .buffer_unordered(RETIREMENT_CONCURRENCY)
+        .try_collect::<()>()
+        .await
 }
 
 /// For a catalog about to delete log `log_id` (after its fence and drain, before its
