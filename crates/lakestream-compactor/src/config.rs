@@ -72,7 +72,8 @@ pub struct CompactorConfig {
     pub codec: ParquetCodec,
     /// Settings of the reader used to read the ranges. The compactor reads each WAL
     /// section once, in order, so its reader needs a cache for read-ahead, not for reuse:
-    /// by default a 64 MiB object cache and 32 MiB of read-ahead (a `[compactor.reader]`
+    /// by default a 64 MiB object cache and 24 MiB of read-ahead (within the cache's half
+    /// for new objects) (a `[compactor.reader]`
     /// table starts from the reader's own defaults instead).
     pub reader: ReaderConfig,
 }
@@ -121,7 +122,7 @@ impl Default for CompactorConfig {
             codec: ParquetCodec::Snappy,
             reader: ReaderConfig {
                 object_cache_bytes: 64 << 20,
-                read_ahead_bytes: 32 << 20,
+                read_ahead_bytes: 24 << 20,
                 ..ReaderConfig::default()
             },
         }

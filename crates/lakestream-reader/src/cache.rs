@@ -71,6 +71,10 @@ impl<V: Clone> ObjectCache<V> {
         // may be a large share of the whole. Hits take a shared lock, so one shard is cheap.
         let options = quick_cache::OptionsBuilder::new()
             .shards(1)
+            // Half for values read at least twice (hot), at least half for new ones (cold): new
+            // values include those read ahead and not yet read, which the default 3 % cold
+            // share would evict before their reader comes (a wasted GET each).
+            .hot_allocation(0.5)
             .weight_capacity(capacity as u64)
             .estimated_items_capacity((capacity / TYPICAL_OBJECT_BYTES).clamp(16, 1 << 16))
             .build()
