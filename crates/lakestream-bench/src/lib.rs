@@ -21,6 +21,7 @@
 pub mod baseline;
 pub mod cli;
 mod events;
+pub mod fetched;
 pub mod hist;
 pub mod meta;
 pub mod meter;

@@ -564,7 +564,15 @@ impl Compactor {
                 // steps of a range took effect before a failure.
                 tracing::debug!(%log_id, start, end, ?outcome, "C3 done");
                 let range = PendingRetire { start, end };
-                self.retire(log_id, range, prepared.wal_objects(), &lease).await?;
+                // C3 (this attempt's or an earlier one's) wrote the ledger entries of the
+                // range's objects before its Put, and an entry outlives its object's last
+                // naming record (it is removed only once the object is gone), so C4 writes
+                // them again only after a skipped C3: one ledger write per object per range.
+                let announced =
+                    matches!(outcome, InstallOutcome::Installed | InstallOutcome::AlreadyInstalled);
+                let objects: Vec<&str> =
+                    if announced { Vec::new() } else { prepared.wal_objects().collect() };
+                self.retire(log_id, range, objects, &lease).await?;
                 tracing::debug!(%log_id, start, end, "C4 done");
                 self.record_progress(log_id, prepared.plan.end, &lease).await?;
                 tracing::debug!(%log_id, cursor = end, "C5 done");
@@ -768,6 +776,8 @@ const C1_SCAN_PAGE: usize = 256;
 
 /// How many times C2 starts again when B moves during the read.
 const PREPARE_ATTEMPTS: usize = 4;
+/// Row groups are cut by bytes; this bounds the per-row overhead of tiny payloads.
+const MAX_ROWS_PER_ROW_GROUP: usize = 100_000;
 
 fn corrupt(log_id: LogId, plan: &RangePlan, detail: String) -> CompactError {
     CompactError::Corrupt { log_id, what: format!("range [{}, {})", plan.start, plan.end), detail }
@@ -815,7 +825,9 @@ fn rows_of_record(
         .collect()
 }
 
-/// Streams rows into compacted files, starting a new file past `max_file_bytes`.
+/// Streams rows into compacted files, starting a new file past `max_file_bytes`. Payloads are
+/// copied into the row group being collected (so that it pins no WAL object); a full row
+/// group is encoded on a blocking thread while the next one is read.
 struct FilesBuilder<'a> {
     compactor: &'a Compactor,
     log: &'a LogRef,
@@ -826,10 +838,74 @@ struct FilesBuilder<'a> {
 
 struct OpenFile {
     name: String,
-    data: CompactedFileWriter,
+    /// The file's writer, or the encoding of its last row group that holds it.
+    data: Encoding,
     companion: CompanionWriter,
+    /// The row group being collected, and its payload bytes.
+    rows: Vec<Bytes>,
+    rows_bytes: usize,
     payload_bytes: u64,
     last_offset: Offset,
+}
+
+enum Encoding {
+    Idle(Box<CompactedFileWriter>),
+    Busy(tokio::task::JoinHandle<Result<Box<CompactedFileWriter>, lakestream_format::FormatError>>),
+    /// An encoding failed; its error was returned.
+    Failed,
+}
+
+/// A row group's encoding task that panicked or was cancelled.
+fn encode_task_failed(log_id: LogId, e: tokio::task::JoinError) -> CompactError {
+    let source =
+        lakestream_format::FormatError::invalid("compacted file", format!("the encoding task failed: {e}"));
+    CompactError::Encode { log_id, what: "compacted row group", source }
+}
+
+fn writer_lost(log_id: LogId) -> CompactError {
+    let source =
+        lakestream_format::FormatError::invalid("compacted file", "an earlier row group failed to encode");
+    CompactError::Encode { log_id, what: "compacted row group", source }
+}
+
+impl OpenFile {
+    /// The writer, once the row group being encoded is done.
+    async fn writer(&mut self, log_id: LogId) -> CompactResult<&mut CompactedFileWriter> {
+        if let Encoding::Busy(task) = &mut self.data {
+            let done = task.await;
+            self.data = Encoding::Failed;
+            let writer = done
+                .map_err(|e| encode_task_failed(log_id, e))?
+                .map_err(|source| CompactError::Encode { log_id, what: "compacted row group", source })?;
+            self.data = Encoding::Idle(writer);
+        }
+        match &mut self.data {
+            Encoding::Idle(writer) => Ok(writer),
+            _ => Err(writer_lost(log_id)),
+        }
+    }
+
+    /// Starts encoding the collected rows as one row group on a blocking thread (after the
+    /// previous row group is done).
+    async fn encode_rows(&mut self, log_id: LogId) -> CompactResult<()> {
+        if self.rows.is_empty() {
+            return Ok(());
+        }
+        self.writer(log_id).await?;
+        let rows = std::mem::take(&mut self.rows);
+        self.rows_bytes = 0;
+        let Encoding::Idle(mut writer) = std::mem::replace(&mut self.data, Encoding::Failed) else {
+            return Err(writer_lost(log_id));
+        };
+        self.data = Encoding::Busy(tokio::task::spawn_blocking(move || {
+            for payload in rows {
+                writer.push(payload)?;
+            }
+            writer.flush_row_group()?;
+            Ok(writer)
+        }));
+        Ok(())
+    }
 }
 
 impl<'a> FilesBuilder<'a> {
@@ -843,18 +919,29 @@ impl<'a> FilesBuilder<'a> {
     }
 
     async fn push(&mut self, row: CompanionRow, payload: Bytes) -> CompactResult<()> {
+        let config = &self.compactor.inner.config;
         if self.current.is_none() {
             let name =
                 names::compacted_file_name(self.log.log_id, &self.compactor.inner.deps.tokens.new_token());
             let options = compacted::WriteOptions {
-                codec: self.compactor.inner.config.codec.to_format(),
-                ..compacted::WriteOptions::default()
+                codec: config.codec.to_format(),
+                // Row groups are cut here, by `row_group_bytes`, and flushed explicitly.
+                max_rows_per_row_group: usize::MAX,
+                max_row_group_bytes: usize::MAX,
             };
             let data = CompactedFileWriter::new(self.compactor.inner.binding, &name, options)
                 .map_err(self.encode_err("compacted file"))?;
             let companion = CompanionWriter::new(companion::WriteOptions::default())
                 .map_err(self.encode_err("companion file"))?;
-            self.current = Some(OpenFile { name, data, companion, payload_bytes: 0, last_offset: 0 });
+            self.current = Some(OpenFile {
+                name,
+                data: Encoding::Idle(Box::new(data)),
+                companion,
+                rows: Vec::new(),
+                rows_bytes: 0,
+                payload_bytes: 0,
+                last_offset: 0,
+            });
         }
         let log_id = self.log.log_id;
         let Some(file) = self.current.as_mut() else { return Ok(()) };
@@ -863,15 +950,16 @@ impl<'a> FilesBuilder<'a> {
             what: "companion row",
             source,
         })?;
-        file.data.push(payload).map_err(|source| CompactError::Encode {
-            log_id,
-            what: "compacted row",
-            source,
-        })?;
+        // A copy: a slice would keep the whole WAL object (or section) it came from alive.
+        file.rows_bytes += payload.len();
+        file.rows.push(Bytes::copy_from_slice(&payload));
         file.payload_bytes += u64::from(row.entry_size);
         file.last_offset = row.end_offset() - 1;
         self.payload_bytes += u64::from(row.entry_size);
-        if file.payload_bytes >= self.compactor.inner.config.max_file_bytes {
+        if file.rows_bytes >= config.row_group_bytes || file.rows.len() >= MAX_ROWS_PER_ROW_GROUP {
+            file.encode_rows(log_id).await?;
+        }
+        if file.payload_bytes >= config.max_file_bytes {
             self.close_file().await?;
         }
         Ok(())
@@ -880,9 +968,18 @@ impl<'a> FilesBuilder<'a> {
     /// Writes the open file and its companion: the companion first, so that a visible
     /// Parquet file always has its companion (both before C3, spec C2).
     async fn close_file(&mut self) -> CompactResult<()> {
-        let Some(file) = self.current.take() else { return Ok(()) };
-        let rows = file.data.row_count();
-        let data = file.data.finish().map_err(self.encode_err("compacted file"))?;
+        let Some(mut file) = self.current.take() else { return Ok(()) };
+        let log_id = self.log.log_id;
+        file.encode_rows(log_id).await?;
+        file.writer(log_id).await?;
+        let Encoding::Idle(writer) = file.data else {
+            return Err(writer_lost(log_id));
+        };
+        let rows = writer.row_count();
+        let data = tokio::task::spawn_blocking(move || (*writer).finish())
+            .await
+            .map_err(|e| encode_task_failed(log_id, e))?
+            .map_err(self.encode_err("compacted file"))?;
         let index = file.companion.finish().map_err(self.encode_err("companion file"))?;
         let dir = format!("{}/{}", self.log.namespace, self.log.stream);
         let companion_name =

@@ -30,6 +30,12 @@ pub struct CompactorConfig {
     pub max_file_bytes: u64,
     /// How much payload one read of the range asks the reader for. Default 8 MiB.
     pub read_chunk_bytes: usize,
+    /// A compacted file's row groups hold about this much payload. Default 4 MiB. Payloads
+    /// are copied out of the WAL objects they were read from into the row group being
+    /// built, which is encoded off the async runtime while the next one is read; so the
+    /// compactor holds about two row groups of payload, never whole WAL objects, and a reader
+    /// of a compacted file can fetch one small row group rather than a large one.
+    pub row_group_bytes: usize,
     /// How long a WAL object is kept after no index record names it any more. Default 1 h.
     /// Must exceed `reader_index_cache_ttl`: a reader may use a cached record that long.
     #[serde(with = "humantime_serde")]
@@ -64,7 +70,11 @@ pub struct CompactorConfig {
     /// by default). Payloads that producers already compressed gain nothing from a codec:
     /// `uncompressed` then costs no CPU; `zstd` trades CPU for smaller files.
     pub codec: ParquetCodec,
-    /// Settings of the reader used to read the ranges.
+    /// Settings of the reader used to read the ranges. The compactor reads each WAL
+    /// section once, in order, so its reader needs a cache for read-ahead, not for reuse:
+    /// by default a 64 MiB object cache and 24 MiB of read-ahead (within the cache's half
+    /// for new objects) (a `[compactor.reader]`
+    /// table starts from the reader's own defaults instead).
     pub reader: ReaderConfig,
 }
 
@@ -101,6 +111,7 @@ impl Default for CompactorConfig {
             max_range_age: Duration::from_secs(180),
             max_file_bytes: 128 << 20,
             read_chunk_bytes: 8 << 20,
+            row_group_bytes: 4 << 20,
             wal_grace: Duration::from_secs(3600),
             reader_index_cache_ttl: Duration::from_secs(600),
             compacted_grace: Duration::from_secs(3600),
@@ -109,7 +120,11 @@ impl Default for CompactorConfig {
             orphan_scan: true,
             install_attempts: 3,
             codec: ParquetCodec::Snappy,
-            reader: ReaderConfig::default(),
+            reader: ReaderConfig {
+                object_cache_bytes: 64 << 20,
+                read_ahead_bytes: 24 << 20,
+                ..ReaderConfig::default()
+            },
         }
     }
 }
@@ -136,6 +151,9 @@ impl CompactorConfig {
         }
         if self.read_chunk_bytes == 0 {
             return fail("read_chunk_bytes", "must be at least 1".into());
+        }
+        if self.row_group_bytes == 0 {
+            return fail("row_group_bytes", "must be at least 1".into());
         }
         if self.wal_grace <= self.reader_index_cache_ttl {
             return fail(

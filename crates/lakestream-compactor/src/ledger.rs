@@ -30,6 +30,9 @@ pub const LEDGER_PREFIX: &str = "/lakestream-wal-retired/";
 /// `/` keeps the key one level deep; `%` keeps the encoding reversible.
 const ESCAPED: &AsciiSet = &CONTROLS.add(b'/').add(b'%');
 
+/// How many ledger records one announcement updates at once.
+const RETIREMENT_CONCURRENCY: usize = 16;
+
 /// How many times a conditional ledger update is retried after losing a race.
 const CAS_ATTEMPTS: usize = 8;
 
@@ -77,18 +80,28 @@ pub async fn record_retirements<'a>(
     now_ms: i64,
 ) -> CompactResult<()> {
     let mut seen = std::collections::BTreeSet::new();
-    for object in objects.into_iter().filter(|o| seen.insert(*o)) {
-        let key = ledger_key(object);
-        let fresh = LedgerValue { retired_ms: now_ms, unreferenced_since_ms: None };
-        update(meta, &key, |old| match old {
-            None => Some(fresh),
-            Some(v) => {
-                Some(LedgerValue { retired_ms: v.retired_ms.max(now_ms), unreferenced_since_ms: None })
-            }
-        })
-        .await?;
+    let objects: Vec<&str> = objects.into_iter().filter(|o| seen.insert(*o)).collect();
+    // Independent records: updated RETIREMENT_CONCURRENCY at a time, not one round trip after
+    // another. All complete (or the call fails) before the caller removes any record. (No
+    // stream of closures: held across an await, it makes the future's `Send` bound not
+    // general enough for `tokio::spawn`.)
+    for chunk in objects.chunks(RETIREMENT_CONCURRENCY) {
+        let mut updates = Vec::with_capacity(chunk.len());
+        for object in chunk {
+            updates.push(announce_retirement(meta, object, now_ms));
+        }
+        futures::future::try_join_all(updates).await?;
     }
     Ok(())
+}
+
+async fn announce_retirement(meta: &dyn MetaStore, object: &str, now_ms: i64) -> CompactResult<()> {
+    let fresh = LedgerValue { retired_ms: now_ms, unreferenced_since_ms: None };
+    update(meta, &ledger_key(object), |old| match old {
+        None => Some(fresh),
+        Some(v) => Some(LedgerValue { retired_ms: v.retired_ms.max(now_ms), unreferenced_since_ms: None }),
+    })
+    .await
 }
 
 /// For a catalog about to delete log `log_id` (after its fence and drain, before its

@@ -253,6 +253,12 @@ impl CompactedFileWriter {
         Ok(())
     }
 
+    /// Writes the rows pushed so far as one row group now (none when there are none), for a
+    /// caller that cuts row groups itself.
+    pub fn flush_row_group(&mut self) -> Result<()> {
+        self.write_row_group()
+    }
+
     /// The number of rows so far.
     pub fn row_count(&self) -> u64 {
         self.rows

@@ -52,6 +52,15 @@ pub struct ReaderConfig {
     pub index_cache_records: usize,
     /// How WAL objects are fetched.
     pub wal_read: WalReadMode,
+    /// Read-ahead: while a read takes a record of a log, the WAL objects (or the log's
+    /// sections of them) of the next index records it found are fetched in the background,
+    /// while the bytes being fetched ahead stay within this budget (per reader, across
+    /// logs; at least one object at a time), and no read looks further ahead than this
+    /// budget past the record it reads. Fetched data lands in the object cache, so memory
+    /// stays bounded by `object_cache_bytes` plus this budget; keep it well below half the
+    /// cache (the cache's share for objects not yet read twice), or objects read ahead may
+    /// be evicted before they are read. Default 64 MiB; 0 disables read-ahead.
+    pub read_ahead_bytes: usize,
     /// The deployment's format version: 3 (the default), or 1 or 2 to read deployments that
     /// predate version 3 (Appendix C: per-entry string index values, legacy WAL objects).
     /// A deployment uses one version; values of another version are refused, never guessed.
@@ -67,6 +76,7 @@ impl Default for ReaderConfig {
             missing_object_retries: 3,
             format_version: 3,
             wal_read: WalReadMode::Adaptive,
+            read_ahead_bytes: 64 << 20,
             index_cache_ttl: Duration::from_secs(5),
             index_cache_records: 100_000,
         }

@@ -74,6 +74,8 @@ struct Inner {
     index: IndexCache,
     companions: Mutex<HashMap<String, Arc<Companion>>>,
     appended: watch::Sender<u64>,
+    /// Bytes of objects and sections being read ahead now.
+    read_ahead_in_flight: std::sync::atomic::AtomicUsize,
 }
 
 /// What the WAL cache holds: a whole parsed object, or one log's section of one, read with
@@ -106,6 +108,7 @@ impl Reader {
                 deps,
                 companions: Mutex::new(HashMap::new()),
                 appended: watch::channel(0).0,
+                read_ahead_in_flight: std::sync::atomic::AtomicUsize::new(0),
             }),
         })
     }
@@ -227,6 +230,7 @@ impl Reader {
             let batch = self.inner.config.scan_batch;
             let records = self.scan_records(log_id, &partition, &end_key, next, batch).await?;
             let exhausted = records.len() < batch;
+            self.read_ahead(log_id, records.get(1..).unwrap_or_default());
             for record in &records {
                 if !keys::is_index_key_of(&record.key, log_id) {
                     break 'scan;
@@ -343,44 +347,9 @@ impl Reader {
             detail,
         };
         let wanted = Wanted { start, from, budget, timestamp_ms: record.created_ms };
-        let mode = self.inner.config.wal_read;
-        let cached = match mode {
-            WalReadMode::Ranged => None,
-            WalReadMode::Whole | WalReadMode::Adaptive => match self.inner.wal_objects.get(&raw.location) {
-                Some(CachedWal::Object(object)) => Some(object),
-                _ => None,
-            },
-        };
-        // Adaptive: a log whose section is a small share of a many-log object reads just its
-        // span; a cached object, or a section of a quarter of the object or more, reads whole.
-        let whole = cached.is_some()
-            || match mode {
-                WalReadMode::Whole => true,
-                WalReadMode::Ranged => false,
-                WalReadMode::Adaptive => raw.file_size.is_none_or(|region| {
-                    raw.entry_size_bytes.saturating_mul(4) >= u64::try_from(region).unwrap_or(0)
-                }),
-            };
-        match whole {
-            true => {
-                let object = match cached {
-                    Some(object) => object,
-                    None => {
-                        let bytes = match self.get_object(&self.inner.deps.wal, log_id, &raw.location).await?
-                        {
-                            Attempt::Done(b) => b,
-                            Attempt::Missing(o) => return Ok(Attempt::Missing(o)),
-                        };
-                        let weight = bytes.len();
-                        let object = Arc::new(WalObject::parse(bytes).map_err(|e| corrupt(e.to_string()))?);
-                        self.inner.wal_objects.insert(
-                            &raw.location,
-                            CachedWal::Object(object.clone()),
-                            weight,
-                        );
-                        object
-                    }
-                };
+        match self.load_raw(log_id, record, raw).await? {
+            Attempt::Missing(o) => Ok(Attempt::Missing(o)),
+            Attempt::Done(CachedWal::Object(object)) => {
                 // Borrowed from the cached object: nothing per entry is copied but the slices.
                 let section = object.section(log_id).ok_or_else(|| {
                     corrupt(format!("no log section for log {log_id} (named by {})", record.key))
@@ -388,31 +357,133 @@ impl Reader {
                 section.check_matches_record(raw).map_err(|e| corrupt(e.to_string()))?;
                 wanted.take(section, object.payload_region(), 0).map(Attempt::Done).map_err(corrupt)
             }
-            false => {
-                // Adaptive reads cache the section they read; the ranged mode caches nothing.
-                let key = format!("{}#{}", raw.location, log_id.0);
-                let cached = match (mode, self.inner.wal_objects.get(&key)) {
-                    (WalReadMode::Adaptive, Some(CachedWal::Section(section))) => Some(section),
-                    _ => None,
-                };
-                let got = match cached {
-                    Some(got) => got,
-                    None => {
-                        let got = match self.read_section_ranged(log_id, record, raw).await? {
-                            Attempt::Done(got) => Arc::new(got),
-                            Attempt::Missing(o) => return Ok(Attempt::Missing(o)),
-                        };
-                        if mode == WalReadMode::Adaptive {
-                            let weight = got.1.len() + 16 * got.0.entries.len();
-                            self.inner.wal_objects.insert(&key, CachedWal::Section(got.clone()), weight);
-                        }
-                        got
-                    }
-                };
+            Attempt::Done(CachedWal::Section(got)) => {
                 let (section, part, part_start) = &*got;
                 section.check_matches_record(raw).map_err(|e| corrupt(e.to_string()))?;
                 wanted.take(section, part, *part_start).map(Attempt::Done).map_err(corrupt)
             }
+        }
+    }
+
+    /// Whether the read mode fetches a RAW record's whole object (else its section), and the
+    /// cache key of what it fetches. Adaptive: a log whose section is a small share of a
+    /// many-log object reads just its span; a cached object, or a section of a quarter of
+    /// the object or more, reads whole.
+    fn raw_plan(&self, log_id: LogId, raw: &RawRecord) -> (bool, String, u64) {
+        let mode = self.inner.config.wal_read;
+        let whole = match mode {
+            WalReadMode::Whole => true,
+            WalReadMode::Ranged => false,
+            WalReadMode::Adaptive => {
+                self.inner.wal_objects.contains(&raw.location)
+                    || raw.file_size.is_none_or(|region| {
+                        raw.entry_size_bytes.saturating_mul(4) >= u64::try_from(region).unwrap_or(0)
+                    })
+            }
+        };
+        match whole {
+            true => {
+                let size = raw.file_size.map_or(raw.entry_size_bytes, |s| u64::try_from(s).unwrap_or(0));
+                (true, raw.location.clone(), size)
+            }
+            false => (false, format!("{}#{}", raw.location, log_id.0), raw.entry_size_bytes),
+        }
+    }
+
+    /// The WAL object of a RAW record, or L's section of it, from the cache or the store
+    /// (single-flight: concurrent loads of one object or section wait for one fetch).
+    async fn load_raw(
+        &self,
+        log_id: LogId,
+        record: &Record,
+        raw: &RawRecord,
+    ) -> Result<Attempt<CachedWal>, ReadError> {
+        let corrupt = |detail: String| ReadError::Corrupt {
+            log_id,
+            what: format!("WAL object {}", raw.location),
+            detail,
+        };
+        let mode = self.inner.config.wal_read;
+        let (whole, key, _) = self.raw_plan(log_id, raw);
+        let got = if whole {
+            let load = async {
+                let bytes = match self.get_object(&self.inner.deps.wal, log_id, &raw.location).await? {
+                    Attempt::Done(b) => b,
+                    Attempt::Missing(_) => return Ok(None),
+                };
+                let weight = bytes.len();
+                let object = WalObject::parse(bytes).map_err(|e| corrupt(e.to_string()))?;
+                Ok::<_, ReadError>(Some((CachedWal::Object(Arc::new(object)), weight)))
+            };
+            self.inner.wal_objects.get_or_load(&key, load).await?
+        } else {
+            let load = async {
+                match self.read_section_ranged(log_id, record, raw).await? {
+                    Attempt::Done(got) => {
+                        let weight = got.1.len() + 16 * got.0.entries.len();
+                        Ok::<_, ReadError>(Some((CachedWal::Section(Arc::new(got)), weight)))
+                    }
+                    Attempt::Missing(_) => Ok(None),
+                }
+            };
+            match mode {
+                // The ranged mode caches nothing.
+                WalReadMode::Ranged => load.await?.map(|(got, _)| got),
+                _ => self.inner.wal_objects.get_or_load(&key, load).await?,
+            }
+        };
+        match got {
+            Some(CachedWal::Object(_)) if !whole => {
+                Err(corrupt("an object was cached under a section's name".into()))
+            }
+            Some(CachedWal::Section(_)) if whole => {
+                Err(corrupt("a section was cached under the object's name".into()))
+            }
+            Some(got) => Ok(Attempt::Done(got)),
+            None => Ok(Attempt::Missing(raw.location.clone())),
+        }
+    }
+
+    /// Read-ahead: starts loading, in the background, the WAL objects (or sections) of the
+    /// records after the one being read, while the bytes being read ahead stay within
+    /// `read_ahead_bytes`. A later read of them joins the load or finds them cached.
+    fn read_ahead(&self, log_id: LogId, records: &[Record]) {
+        let budget = self.inner.config.read_ahead_bytes;
+        if budget == 0 || self.inner.config.wal_read == WalReadMode::Ranged {
+            return;
+        }
+        let mut ahead = 0usize;
+        for record in records {
+            if !keys::is_index_key_of(&record.key, log_id) {
+                return;
+            }
+            let Ok((_, Value::V3(IndexValue::Raw(raw)))) =
+                parse_record(log_id, record, self.inner.config.format_version)
+            else {
+                return; // read-ahead covers RAW records; PARQUET files are read by ranges
+            };
+            let (_, key, size) = self.raw_plan(log_id, &raw);
+            let size = usize::try_from(size).unwrap_or(usize::MAX);
+            // Look no further ahead than the budget, cached or not.
+            ahead = ahead.saturating_add(size);
+            if ahead > budget.saturating_add(size) {
+                return;
+            }
+            if self.inner.wal_objects.contains(&key) {
+                continue;
+            }
+            let in_flight = &self.inner.read_ahead_in_flight;
+            let before = in_flight.fetch_add(size, std::sync::atomic::Ordering::SeqCst);
+            if before > 0 && before + size > budget {
+                in_flight.fetch_sub(size, std::sync::atomic::Ordering::SeqCst);
+                return;
+            }
+            let (reader, record) = (self.clone(), record.clone());
+            tokio::spawn(async move {
+                // Errors are the later read's to report; read-ahead only warms the cache.
+                let _ = reader.load_raw(log_id, &record, &raw).await;
+                reader.inner.read_ahead_in_flight.fetch_sub(size, std::sync::atomic::Ordering::SeqCst);
+            });
         }
     }
 
@@ -626,14 +697,20 @@ impl Reader {
         name: &str,
     ) -> Result<Attempt<Bytes>, ReadError> {
         let cache_key = format!("{:p}/{name}", Arc::as_ptr(store));
-        if let Some(b) = self.inner.objects.get(&cache_key) {
-            return Ok(Attempt::Done(b));
-        }
-        let got = self.get_object(store, log_id, name).await?;
-        if let Attempt::Done(b) = &got {
-            self.inner.objects.insert(&cache_key, b.clone(), b.len());
-        }
-        Ok(got)
+        // Single-flight: concurrent reads of one object wait for one GET.
+        let load = async {
+            Ok(match self.get_object(store, log_id, name).await? {
+                Attempt::Done(b) => {
+                    let weight = b.len();
+                    Some((b, weight))
+                }
+                Attempt::Missing(_) => None,
+            })
+        };
+        Ok(match self.inner.objects.get_or_load(&cache_key, load).await? {
+            Some(b) => Attempt::Done(b),
+            None => Attempt::Missing(name.to_string()),
+        })
     }
 
     async fn get_object(

@@ -1,0 +1,174 @@
+//! The reader's fetch path, on a real (local-filesystem) object store whose GETs are counted:
+//! a cache miss is single-flight (concurrent reads of logs that share a WAL object fetch it
+//! once), and reads fetch the next objects of a log ahead.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use futures::stream::BoxStream;
+use lakestream_format::{LogId, LogRef, SystemClock};
+use lakestream_meta::InMemoryStore;
+use lakestream_meta::lease::SeededTokens;
+use lakestream_objstore::{
+    ByteRange, LocalFsStore, ObjectMeta, ObjectPath, ObjectPrefix, ObjectResult, ObjectRoot, ObjectStore,
+    WriteOnce,
+};
+use lakestream_reader::{Reader, ReaderConfig, ReaderDeps, WalReadMode};
+use lakestream_writer::{Writer, WriterConfig, WriterDeps};
+
+/// An object store that counts its GETs (whole and ranged), each slowed a little so that
+/// concurrent reads overlap for certain.
+#[derive(Debug)]
+struct CountedGets {
+    inner: Arc<dyn ObjectStore>,
+    gets: AtomicU64,
+}
+
+impl CountedGets {
+    async fn counted<T>(&self, get: impl Future<Output = T>) -> T {
+        self.gets.fetch_add(1, Ordering::SeqCst);
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        get.await
+    }
+}
+
+#[async_trait]
+impl ObjectStore for CountedGets {
+    async fn put(&self, path: &ObjectPath, bytes: Bytes) -> ObjectResult<()> {
+        self.inner.put(path, bytes).await
+    }
+    async fn get(&self, path: &ObjectPath) -> ObjectResult<Bytes> {
+        self.counted(self.inner.get(path)).await
+    }
+    async fn get_range(&self, path: &ObjectPath, range: ByteRange) -> ObjectResult<Bytes> {
+        self.counted(self.inner.get_range(path, range)).await
+    }
+    async fn head(&self, path: &ObjectPath) -> ObjectResult<ObjectMeta> {
+        self.inner.head(path).await
+    }
+    async fn delete(&self, path: &ObjectPath) -> ObjectResult<()> {
+        self.inner.delete(path).await
+    }
+    async fn delete_many(&self, paths: &[ObjectPath]) -> ObjectResult<()> {
+        self.inner.delete_many(paths).await
+    }
+    fn list(
+        &self,
+        prefix: &ObjectPrefix,
+        start_after: Option<&ObjectPath>,
+    ) -> BoxStream<'static, ObjectResult<ObjectMeta>> {
+        self.inner.list(prefix, start_after)
+    }
+    fn write_once(&self) -> WriteOnce {
+        self.inner.write_once()
+    }
+}
+
+/// A writer to a fresh local-filesystem WAL root named `name`, with this flush window.
+fn local_writer(name: &str, flush_window: Duration) -> (Writer, Arc<InMemoryStore>, Arc<dyn ObjectStore>) {
+    let dir = std::env::temp_dir().join(format!("lakestream-fetch-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let wal: Arc<dyn ObjectStore> =
+        Arc::new(LocalFsStore::new(&dir, ObjectRoot::parse("wal").unwrap()).expect("local store"));
+    let meta = Arc::new(InMemoryStore::new());
+    let deps = WriterDeps {
+        meta: meta.clone(),
+        objects: wal.clone(),
+        clock: Arc::new(SystemClock),
+        tokens: Arc::new(SeededTokens::new(7)),
+    };
+    let w = Writer::start(WriterConfig { flush_window, ..WriterConfig::default() }, deps).unwrap();
+    (w, meta, wal)
+}
+
+/// Writes one entry to each of `logs` logs, all in one WAL object, on the local filesystem.
+async fn one_object_of_logs(logs: u64, entry: usize) -> (Arc<InMemoryStore>, Arc<dyn ObjectStore>) {
+    let (w, meta, wal) = local_writer(&format!("shared-{logs}"), Duration::from_millis(300));
+    let appends = (0..logs).map(|log| {
+        let w = w.clone();
+        async move { w.append(LogId(log), Bytes::from(vec![log as u8; entry]), 1).await.unwrap() }
+    });
+    futures::future::join_all(appends).await;
+    w.close().await;
+    let mut objects = 0;
+    let mut listing = wal.list(&ObjectPrefix::new("").unwrap(), None);
+    while let Some(o) = futures::StreamExt::next(&mut listing).await {
+        o.unwrap();
+        objects += 1;
+    }
+    assert_eq!(objects, 1, "the writer was to put all {logs} logs in one object");
+    (meta, wal)
+}
+
+/// Reads every log from offset 0 concurrently with one reader; returns the GETs made.
+async fn concurrent_reads(config: ReaderConfig, logs: u64, entry: usize) -> u64 {
+    let (meta, wal) = one_object_of_logs(logs, entry).await;
+    let counted = Arc::new(CountedGets { inner: wal, gets: AtomicU64::new(0) });
+    let deps = ReaderDeps { meta, wal: counted.clone(), compacted: counted.clone() };
+    let reader = Reader::new(config, deps).unwrap();
+    let reads = (0..logs).map(|log| {
+        let reader = reader.clone();
+        tokio::spawn(async move {
+            let log_ref = LogRef { log_id: LogId(log), namespace: "ns".into(), stream: "s".into() };
+            let batch = reader.read(&log_ref, 0, 1 << 20, Duration::ZERO).await.unwrap();
+            assert_eq!(batch.entries.len(), 1);
+            assert_eq!(batch.entries[0].payload, Bytes::from(vec![log as u8; entry]));
+        })
+    });
+    for read in futures::future::join_all(reads).await {
+        read.unwrap();
+    }
+    counted.gets.load(Ordering::SeqCst)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_readers_of_logs_sharing_an_object_cause_one_get() {
+    // Each log is half the object, so the default (adaptive) mode reads the object whole.
+    let gets = concurrent_reads(ReaderConfig::default(), 2, 64 << 10).await;
+    assert_eq!(gets, 1, "two concurrent reads of logs sharing one object made {gets} GETs");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn eight_readers_of_logs_sharing_an_object_cause_one_get_in_whole_mode() {
+    let config = ReaderConfig { wal_read: WalReadMode::Whole, ..ReaderConfig::default() };
+    let gets = concurrent_reads(config, 8, 16 << 10).await;
+    assert_eq!(gets, 1, "eight concurrent reads of logs sharing one object made {gets} GETs");
+}
+
+/// A read of a log's first object starts fetching its next objects (within the read-ahead
+/// budget), so the reads that follow find them cached; with read-ahead off, each read
+/// fetches its own object.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_read_fetches_the_next_objects_of_its_log_ahead() {
+    const ENTRY: usize = 32 << 10;
+    const OBJECTS: u64 = 6;
+    let (w, meta, wal) = local_writer("read-ahead", Duration::from_millis(1));
+    for i in 0..OBJECTS {
+        // Awaited one by one: each append is flushed in an object of its own.
+        w.append(LogId(1), Bytes::from(vec![i as u8; ENTRY]), 1).await.unwrap();
+    }
+    w.close().await;
+    let log = LogRef { log_id: LogId(1), namespace: "ns".into(), stream: "s".into() };
+    for (budget, expect_ahead) in [(4 * ENTRY, 4), (0, 0)] {
+        let counted = Arc::new(CountedGets { inner: wal.clone(), gets: AtomicU64::new(0) });
+        let deps = ReaderDeps { meta: meta.clone(), wal: counted.clone(), compacted: counted.clone() };
+        let config = ReaderConfig { read_ahead_bytes: budget, ..ReaderConfig::default() };
+        let reader = Reader::new(config, deps).unwrap();
+        // One entry per read, as a consumer polling with a small fetch size does.
+        let first = reader.read(&log, 0, 1, Duration::ZERO).await.unwrap();
+        assert_eq!(first.entries.len(), 1);
+        tokio::time::sleep(Duration::from_millis(500)).await; // the read-ahead lands
+        let after_first = counted.gets.load(Ordering::SeqCst);
+        assert_eq!(after_first, 1 + expect_ahead, "GETs after the first read (budget {budget})");
+        let mut next = first.next_offset;
+        for i in 1..OBJECTS {
+            let batch = reader.read(&log, next, 1, Duration::ZERO).await.unwrap();
+            assert_eq!(batch.entries[0].payload, Bytes::from(vec![i as u8; ENTRY]));
+            next = batch.next_offset;
+        }
+        assert_eq!(counted.gets.load(Ordering::SeqCst), OBJECTS, "each object is fetched once");
+    }
+}
