@@ -159,6 +159,17 @@ enum Command {
         /// At most this many payload bytes per fetch.
         #[arg(long)]
         max_bytes: Option<usize>,
+        /// Consume as this consumer group: start at its committed offset (unless a start is
+        /// given) and commit after each batch printed.
+        #[arg(long, short = 'g')]
+        group: Option<String>,
+        #[command(flatten)]
+        target: Target,
+    },
+    /// Consumer groups: list them, or show a group's committed offsets and lag.
+    Groups {
+        #[command(subcommand)]
+        action: GroupsAction,
         #[command(flatten)]
         target: Target,
     },
@@ -214,6 +225,7 @@ impl Command {
                 | Command::Stream { .. }
                 | Command::Produce { .. }
                 | Command::Consume { .. }
+                | Command::Groups { .. }
                 | Command::Describe { .. }
                 | Command::Offsets { .. }
                 | Command::Trim { .. }
@@ -257,6 +269,19 @@ impl Target {
         let (connection, namespace) = client::profile::resolve(given, file.as_deref(), &env)?;
         Ok((client::Api::new(&connection)?, namespace))
     }
+}
+
+#[derive(Debug, Subcommand)]
+enum GroupsAction {
+    /// List the namespace's consumer groups.
+    List,
+    /// A group's committed offset, the next offset and the lag of each partition of a stream.
+    Offsets {
+        /// The group.
+        group: String,
+        /// The stream.
+        stream: String,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -399,6 +424,7 @@ async fn run_client(command: Command) -> client::ClientResult<()> {
             json,
             delimiter,
             max_bytes,
+            group,
             target,
         } => {
             let start = match (offset, from_end, from_time) {
@@ -408,7 +434,7 @@ async fn run_client(command: Command) -> client::ClientResult<()> {
                     consume::parse_time(&t, lakestream_format::SystemClock.now_ms())
                         .map_err(client::ClientError::usage)?,
                 ),
-                (None, false, None) => consume::Start::Offset(0),
+                (None, false, None) => consume::Start::Committed,
             };
             let options = consume::ConsumeOptions {
                 partition,
@@ -418,9 +444,19 @@ async fn run_client(command: Command) -> client::ClientResult<()> {
                 format: if json { consume::Format::Json } else { format },
                 delimiter: produce::parse_delimiter(&delimiter).map_err(client::ClientError::usage)?,
                 max_bytes,
+                group,
             };
             let (api, ns) = target.resolve()?;
             consume::consume(&api, &ns, &stream, &options).await
+        }
+        Command::Groups { action, target } => {
+            let (api, ns) = target.resolve()?;
+            match action {
+                GroupsAction::List => commands::list_groups(&api, &ns).await,
+                GroupsAction::Offsets { group, stream } => {
+                    commands::group_offsets(&api, &ns, &group, &stream).await
+                }
+            }
         }
         Command::Describe { stream, target } => {
             let (api, ns) = target.resolve()?;

@@ -123,6 +123,15 @@ fn consume_starts_at_an_offset_the_end_or_a_time_and_stops_after_n() {
     assert_eq!(ok(&["consume", "s", "--from-time", &t], b"", &url), "c\nd\ne\n");
     assert_eq!(ok(&["consume", "s", "--from-time", "0"], b"", &url), "a\nb\nc\nd\ne\n");
     assert_eq!(ok(&["consume", "s", "--from-time", "4102444800000"], b"", &url), "");
+    // A group starts at its committed offset and commits what it printed.
+    assert_eq!(ok(&["consume", "s", "--group", "g1", "-n", "2"], b"", &url), "a\nb\n");
+    assert_eq!(ok(&["consume", "s", "--group", "g1", "-n", "1"], b"", &url), "c\n");
+    assert_eq!(ok(&["consume", "s", "-g", "g1"], b"", &url), "d\ne\n");
+    assert_eq!(ok(&["consume", "s", "-g", "g1"], b"", &url), "", "nothing left for the group");
+    assert_eq!(ok(&["groups", "list"], b"", &url), "g1\n");
+    let lag = ok(&["groups", "offsets", "g1", "s"], b"", &url);
+    let cols: Vec<&str> = lag.lines().nth(1).unwrap().split_whitespace().collect();
+    assert_eq!(cols, ["0", "5", "5", "0"], "{lag}");
     let table = ok(&["consume", "s", "--format", "table", "-n", "1"], b"", &url);
     let lines: Vec<&str> = table.lines().collect();
     assert!(

@@ -134,3 +134,36 @@ pub async fn trim(api: &Api, ns: &str, name: &str, partition: u32, through: u64)
     );
     Ok(())
 }
+
+/// `groups list`: the namespace's consumer groups.
+pub async fn list_groups(api: &Api, ns: &str) -> ClientResult<()> {
+    let mut after: Option<String> = None;
+    loop {
+        let path = match &after {
+            Some(a) => format!("/v1/namespaces/{}/groups?after={}", segment(ns), segment(a)),
+            None => format!("/v1/namespaces/{}/groups", segment(ns)),
+        };
+        let v = api.json("GET", &path, Value::Null).await?;
+        for g in v["groups"].as_array().into_iter().flatten() {
+            println!("{}", g.as_str().map(str::to_owned).unwrap_or_else(|| g.to_string()));
+        }
+        match v["next_page"].as_str() {
+            Some(next) => after = Some(next.to_string()),
+            None => return Ok(()),
+        }
+    }
+}
+
+/// `groups offsets GROUP STREAM`: committed offset, next offset and lag per partition.
+pub async fn group_offsets(api: &Api, ns: &str, group: &str, stream: &str) -> ClientResult<()> {
+    let path =
+        format!("/v1/namespaces/{}/groups/{}/streams/{}", segment(ns), segment(group), segment(stream));
+    let v = api.json("GET", &path, Value::Null).await?;
+    println!("{:<10} {:>14} {:>14} {:>14}", "PARTITION", "COMMITTED", "NEXT", "LAG");
+    for p in v["partitions"].as_array().into_iter().flatten() {
+        let committed =
+            p["committed"]["offset"].as_u64().map(|o| o.to_string()).unwrap_or_else(|| "-".into());
+        println!("{:<10} {committed:>14} {:>14} {:>14}", p["partition"], p["next_offset"], p["lag"]);
+    }
+    Ok(())
+}

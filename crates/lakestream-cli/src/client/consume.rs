@@ -9,11 +9,13 @@ use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD as BASE64;
 use serde_json::Value;
 
-use super::{Api, ClientError, ClientResult, partition_path};
+use super::{Api, ClientError, ClientResult, partition_path, segment};
 
 /// Where reading starts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Start {
+    /// At the group's committed offset, or 0 without a group or a commit.
+    Committed,
     /// At this offset.
     Offset(u64),
     /// After the last entry (only what is appended from now on).
@@ -50,6 +52,53 @@ pub struct ConsumeOptions {
     pub delimiter: Vec<u8>,
     /// At most this many payload bytes per fetch.
     pub max_bytes: Option<usize>,
+    /// A consumer group: start at its committed offset (unless a start is given) and commit
+    /// the next offset after each batch printed (generation 0, a lone consumer).
+    pub group: Option<String>,
+}
+
+/// A group's committed offset for a partition, if it has one (an unknown group has none).
+pub async fn committed_offset(
+    api: &Api,
+    ns: &str,
+    group: &str,
+    stream: &str,
+    partition: u32,
+) -> ClientResult<Option<u64>> {
+    let path =
+        format!("/v1/namespaces/{}/groups/{}/streams/{}", segment(ns), segment(group), segment(stream));
+    match api.json("GET", &path, Value::Null).await {
+        Ok(v) => Ok(v["partitions"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|p| p["partition"].as_u64() == Some(u64::from(partition)))
+            .and_then(|p| p["committed"]["offset"].as_u64())),
+        Err(e) if e.http_status == Some(404) => {
+            // No such group yet: that is the first commit's job. A missing stream is still an
+            // error (the fetch that follows reports it).
+            Ok(None)
+        }
+        Err(e) => Err(e),
+    }
+}
+
+/// Commits `offset` (the next offset the group reads) for a partition.
+async fn commit(
+    api: &Api,
+    ns: &str,
+    group: &str,
+    stream: &str,
+    partition: u32,
+    offset: u64,
+) -> ClientResult<()> {
+    let path = format!(
+        "/v1/namespaces/{}/groups/{}/streams/{}/partitions/{partition}",
+        segment(ns),
+        segment(group),
+        segment(stream)
+    );
+    api.json("PUT", &path, serde_json::json!({ "offset": offset, "generation": 0 })).await.map(|_| ())
 }
 
 /// Parses `--from-time`: milliseconds since the epoch, an RFC 3339 time
@@ -140,10 +189,16 @@ pub async fn offset_for_time(
 
 /// Prints entries of a partition of `ns/stream` as `options` say.
 pub async fn consume(api: &Api, ns: &str, stream: &str, options: &ConsumeOptions) -> ClientResult<()> {
-    let mut offset = match options.start {
-        Start::Offset(o) => o,
-        Start::End => offsets(api, ns, stream, options.partition).await?.1,
-        Start::Time(t) => offset_for_time(api, ns, stream, options.partition, t).await?,
+    let committed = match &options.group {
+        Some(group) => committed_offset(api, ns, group, stream, options.partition).await?,
+        None => None,
+    };
+    let mut offset = match (options.start, committed) {
+        (Start::Offset(o), _) => o,
+        (Start::End, _) => offsets(api, ns, stream, options.partition).await?.1,
+        (Start::Time(t), _) => offset_for_time(api, ns, stream, options.partition, t).await?,
+        (Start::Committed, Some(c)) => c,
+        (Start::Committed, None) => 0,
     };
     let path = partition_path(ns, stream, options.partition, "entries");
     let mut out = std::io::stdout().lock();
@@ -181,7 +236,14 @@ pub async fn consume(api: &Api, ns: &str, stream: &str, options: &ConsumeOptions
             }
         }
         let _ = out.flush();
+        let printed_through = offset;
         offset = offset.max(got.next_offset);
+        if let Some(group) = &options.group
+            && !got.entries.is_empty()
+        {
+            // What was printed is consumed: the group resumes after it.
+            commit(api, ns, group, stream, options.partition, printed_through).await?;
+        }
         if got.entries.is_empty() && !options.follow {
             return Ok(());
         }
