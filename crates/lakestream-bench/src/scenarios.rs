@@ -1,11 +1,13 @@
 //! The scenarios. Each opens a fresh stream on the shared [`BenchContext`], measures its
 //! path, then its baselines on the same stores, and returns a [`ScenarioReport`].
 //!
-//! - **produce**: appends through the writer, closed loop (as fast as the in-flight bound
-//!   allows) or open loop at `rate` (latency then counts from each entry's scheduled time, so
-//!   a stall is not hidden by the producers waiting). Baselines: raw PUTs of the mean WAL
-//!   object size the writer produced, at the writer's upload concurrency; raw sequenced puts
-//!   at one sequence per log, as the writer publishes.
+//! - **produce**: appends through the writer at saturation (closed loop, as fast as the
+//!   in-flight bound allows), then open loop at 70 % of that rate and at 5 MiB/s (latency
+//!   counts from each entry's scheduled time, so a stall is not hidden by the producers
+//!   waiting); with `rate` set, one open-loop phase at that rate. Baselines: raw PUTs of
+//!   `flush_bytes` objects at the writer's upload concurrency, raw PUTs of 4 MiB × 8 (fixed,
+//!   so that small objects cannot lower the bar), raw sequenced puts at one sequence per log.
+//!   CPU per MiB acknowledged counts this process and the S3 server's ([`S3_PID_ENV`]).
 //! - **consume**: writes a data set (not measured), then reads it all back through a fresh
 //!   reader (cold) and again through a reader whose cache holds it (cached, per CPU second).
 //!   Baseline: one raw GET of every WAL object the data set produced, one task per log.
@@ -21,7 +23,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use lakestream_compactor::{Compactor, CompactorConfig, CompactorDeps, Progress};
-use lakestream_format::{Clock, LogRef, SystemClock, keys};
+use lakestream_format::{Clock, LogRef, SystemClock};
 use lakestream_meta::lease::RandomTokens;
 use lakestream_objstore::ObjectMeta;
 use lakestream_reader::{Reader, ReaderConfig, ReaderDeps};
