@@ -11,6 +11,12 @@ pub fn cpu_seconds() -> Option<f64> {
     parse_cpu_seconds(&std::fs::read_to_string("/proc/self/stat").ok()?)
 }
 
+/// CPU time (user + system) process `pid` has used so far, in seconds
+/// (`/proc/<pid>/stat`): the S3 server's, when it runs as a process of its own.
+pub fn cpu_seconds_of(pid: u32) -> Option<f64> {
+    parse_cpu_seconds(&std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?)
+}
+
 /// `VmRSS:   123456 kB` → bytes.
 pub(crate) fn parse_vm_rss(status: &str) -> Option<u64> {
     let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
@@ -60,5 +66,7 @@ mod tests {
     fn reads_this_process() {
         assert!(rss_bytes().is_some_and(|b| b > 0));
         assert!(cpu_seconds().is_some());
+        assert!(cpu_seconds_of(std::process::id()).is_some());
+        assert!(cpu_seconds_of(u32::MAX).is_none());
     }
 }

@@ -165,6 +165,28 @@ impl MetaStore for OxiaStore {
         })
     }
 
+    /// Puts are queued on their shard's ordered write stream at the call (see above).
+    fn sequenced_puts_commit_in_call_order(&self) -> bool {
+        true
+    }
+
+    fn sequenced_put_owned(
+        self: Arc<Self>,
+        partition: String,
+        prefix: String,
+        deltas: Vec<u64>,
+        value: Bytes,
+    ) -> futures::future::BoxFuture<'static, MetaResult<WriteResult>> {
+        let queued = sequenced_put_request(&partition, &prefix, &deltas, value).and_then(|request| {
+            let shard = self.client.shard_for(&partition)?;
+            Ok(self.client.write_or_error(shard, write_put(shard, request)))
+        });
+        Box::pin(async move {
+            let response = queued?.await?;
+            sequenced_put_outcome(&prefix, &single_put(response, &prefix)?)
+        })
+    }
+
     async fn list(&self, partition: &str, start: &str, end: &str) -> MetaResult<Vec<String>> {
         let shard = self.client.shard_for(partition)?;
         let mut keys = self.client.list(shard, list_request(shard, start, end)).await?;

@@ -257,6 +257,24 @@ impl MetaStore for InMemoryStore {
         })
     }
 
+    /// The put is applied at the call, so puts called one after another commit in that order.
+    fn sequenced_puts_commit_in_call_order(&self) -> bool {
+        true
+    }
+
+    fn sequenced_put_owned(
+        self: Arc<Self>,
+        partition: String,
+        prefix: String,
+        deltas: Vec<u64>,
+        value: Bytes,
+    ) -> futures::future::BoxFuture<'static, MetaResult<WriteResult>> {
+        let result = self.with_shard(&partition, |shard, now_ms| {
+            engine::sequenced_put(shard, &prefix, &deltas, value, now_ms)
+        });
+        Box::pin(std::future::ready(result))
+    }
+
     async fn list(&self, partition: &str, start: &str, end: &str) -> MetaResult<Vec<String>> {
         let records = self.with_shard(partition, |shard, _| engine::scan(shard, start, end, None))?;
         Ok(records.into_iter().map(|r| r.key).collect())

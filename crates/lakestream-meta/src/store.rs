@@ -116,6 +116,30 @@ pub trait MetaStore: Send + Sync + Debug {
     /// partition. Both bounds must be non-empty.
     async fn delete_range(&self, partition: &str, start: &str, end: &str) -> MetaResult<()>;
 
+    /// Whether [`MetaStore::sequenced_put_owned`] issues the put when it is *called* (before
+    /// the returned future is first polled), so that puts of one sequence called one after
+    /// another commit in that order: a caller may then keep several in flight and still get
+    /// its keys in call order. Default: no (the writer then keeps one put per log in flight).
+    fn sequenced_puts_commit_in_call_order(&self) -> bool {
+        false
+    }
+
+    /// [`MetaStore::sequenced_put`] with owned arguments, for a caller that keeps the future
+    /// (a pipeline of puts). Stores for which [`MetaStore::sequenced_puts_commit_in_call_order`]
+    /// holds issue the put here, at the call; the default issues it when first polled.
+    fn sequenced_put_owned(
+        self: Arc<Self>,
+        partition: String,
+        prefix: String,
+        deltas: Vec<u64>,
+        value: Bytes,
+    ) -> futures::future::BoxFuture<'static, MetaResult<WriteResult>>
+    where
+        Self: 'static,
+    {
+        Box::pin(async move { self.sequenced_put(&partition, &prefix, &deltas, value).await })
+    }
+
     /// `SequencedPut(P, p, d1, d2, …, v)`: in one atomic step, take the greatest existing key
     /// `{prefix}-{x1:020}-{x2:020}…` placed with the partition (all zeros if none), and create
     /// `{prefix}-{x1+d1:020}-{x2+d2:020}…` with `value`. `deltas[0]` must be > 0; the others

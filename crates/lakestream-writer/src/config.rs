@@ -40,6 +40,13 @@ pub struct WriterConfig {
     /// in-flight bound holds. More overlap hides PUT latency; memory stays bounded by
     /// `max_in_flight_bytes`.
     pub max_concurrent_uploads: Option<usize>,
+    /// How many index puts (sequenced puts) of one log may be in flight at once. Default 4.
+    /// They are issued in the log's flush order, and a metadata store that commits puts in
+    /// the order they are issued (Oxia: one ordered stream per shard) keeps that order, so a
+    /// log's throughput is not bound by one put's round trip. A store that does not promise
+    /// that order gets one at a time. Entries are answered in the same order; once a put
+    /// fails, the puts issued behind it are not acknowledged (see the writer's docs).
+    pub max_index_puts_in_flight_per_log: usize,
     /// The most unacknowledged payload bytes the writer holds. Default 64 MiB.
     pub max_in_flight_bytes: usize,
     /// What an append does when the in-flight bound is reached.
@@ -67,6 +74,7 @@ impl Default for WriterConfig {
             flush_bytes: 4 << 20,
             max_logs_per_object: 10_000,
             max_concurrent_uploads: None,
+            max_index_puts_in_flight_per_log: 4,
             max_in_flight_bytes: 64 << 20,
             backpressure: Backpressure::Wait,
             max_entry_bytes: 16 << 20,
@@ -108,6 +116,9 @@ impl WriterConfig {
         }
         if self.max_logs_per_object == 0 {
             return bad("max_logs_per_object", "must be at least 1");
+        }
+        if self.max_index_puts_in_flight_per_log == 0 {
+            return bad("max_index_puts_in_flight_per_log", "must be at least 1");
         }
         if self.max_concurrent_uploads == Some(0) {
             return bad("max_concurrent_uploads", "must be at least 1");

@@ -3,21 +3,29 @@
 //! ```text
 //! append() ─A1 lease─▶ batcher ──flush──▶ upload tasks (≤ N at once) ──▶ publisher
 //!                      groups entries     A2: build + PUT the WAL        A3: one sequenced put per
-//!                      by window/size     object under a fresh name      log section, in each log's
-//!                                                                        flush order; A4: acknowledge
+//!                      by window/size     object under a fresh name      log section, up to K per log
+//!                                                                        in flight, in each log's flush
+//!                                                                        order; A4: answer in that order
 //! ```
 //!
 //! A WAL object closes when its payload reaches `flush_bytes` or its window passes, so objects
 //! fill up and hold many logs (their payloads grouped by log, so that a reader range-reads one
 //! log's bytes). Uploads run in parallel, so throughput is not bound by one PUT's latency.
 //!
-//! The publisher keeps, for each log, the objects holding it in flush order, and publishes a
-//! log's sections in that order, one sequenced put in flight per log: one writer's appends to
-//! a log take offsets in the order they were flushed. Logs do not wait for each other: a slow
-//! upload holds back only the logs it holds. The index puts of one object's sections are
-//! issued together, so a metadata store that batches (Oxia: one request per shard) carries
-//! them in one round trip. A log's state is dropped once nothing of it is pending, so idle
-//! logs cost no memory and no task.
+//! The publisher keeps, for each log, the objects holding it in flush order, and issues a
+//! log's index puts in that order, up to `max_index_puts_in_flight_per_log` (K) at once when
+//! the store commits sequenced puts in the order they are issued (Oxia: one ordered write
+//! stream per shard; the put is queued at the call), else one at a time: one writer's appends
+//! to a log take offsets in the order they were flushed. Entries are answered in issue order.
+//! When a put fails or its outcome is unknown, its entries get that error, and the puts
+//! already issued behind it are not acknowledged even if they commit (their entries get
+//! [`AppendError::OutcomeUnknown`]): a caller retrying the failed entries is never told that
+//! later entries were appended before them. The log issues nothing more until those drained.
+//! Logs do not wait for each other: a slow upload or put holds back only its own logs. The
+//! index puts of one object's sections are issued together, without yielding, so a metadata
+//! store that batches (Oxia: put-only calls queued together share one request per shard)
+//! carries them in one round trip. A log's state is dropped once nothing of it is pending, so
+//! idle logs cost no memory and no task.
 //!
 //! An entry's future resolves only after its log's index record committed (A4), with
 //! [`AppendError::OutcomeUnknown`] when the put's outcome is unknown, and with a failure —
@@ -202,7 +210,12 @@ impl Writer {
     /// Starts a writer. Must be called inside a Tokio runtime.
     pub fn start(config: WriterConfig, deps: WriterDeps) -> Result<Writer, crate::config::ConfigError> {
         config.validate()?;
-        let leases = Arc::new(Leases::new(deps.meta.clone(), deps.tokens.clone(), config.session_timeout));
+        let leases = Arc::new(Leases::new(
+            deps.meta.clone(),
+            deps.tokens.clone(),
+            config.session_timeout,
+            config.lease_idle_release,
+        ));
         let (batcher_tx, batcher_rx) = mpsc::unbounded_channel();
         let (uploaded_tx, uploaded_rx) = mpsc::unbounded_channel();
         let stats = Arc::new(Counters::default());
@@ -213,7 +226,12 @@ impl Writer {
             stats: stats.clone(),
         });
         let batcher = tokio::spawn(run_batcher(config.clone(), batcher_rx, uploaded_tx, upload));
-        let publisher = tokio::spawn(run_publisher(uploaded_rx, deps.meta.clone(), stats.clone()));
+        let publisher = tokio::spawn(run_publisher(
+            uploaded_rx,
+            deps.meta.clone(),
+            stats.clone(),
+            config.max_index_puts_in_flight_per_log,
+        ));
         tokio::spawn(crate::leases::run_idle_release(Arc::downgrade(&leases), config.lease_idle_release));
         let pipeline = tokio::spawn(async move {
             let _ = batcher.await;
@@ -243,7 +261,13 @@ impl Writer {
     /// `lease_idle_release`. A service calls it before deleting a stream, so that the
     /// deletion's drain does not wait for the idle period. Answers how many were released.
     pub async fn release_idle_leases(&self, idle: std::time::Duration) -> usize {
-        self.inner.leases.release_idle(tokio::time::Instant::now(), idle).await
+        self.inner.leases.release_idle(tokio::time::Instant::now(), Some(idle)).await
+    }
+
+    /// How many write leases the writer has acquired since it started (each costs a lease
+    /// record put and a fence read; a sparse log should not pay them per append).
+    pub fn lease_acquisitions(&self) -> u64 {
+        self.inner.leases.acquisitions()
     }
 
     /// The logs whose write lease this writer holds now.
@@ -634,23 +658,68 @@ enum Slot {
     Skip,
 }
 
-/// A log's pending objects, in flush order, and whether its index put is in flight.
+/// How an index put ended (or why it was not made).
+#[derive(Debug)]
+enum PutResult {
+    /// The store answered.
+    Store(lakestream_meta::MetaResult<lakestream_meta::WriteResult>),
+    /// Not made: the session behind the lease ended first.
+    LeaseLost,
+    /// Not made: the section's condition did not hold (or its gate refused).
+    Refused(AppendError),
+}
+
+/// An index put issued and not yet answered to its entries.
+#[derive(Debug)]
+struct IssuedPut {
+    id: u64,
+    record_count: u64,
+    entries: Vec<PendingEntry>,
+    /// A conditional section's put: nothing else of the log is issued while it is in flight,
+    /// so that the condition it checked still holds when its put is made.
+    exclusive: bool,
+    /// Set when the put completes; entries are answered once every earlier put of the log
+    /// has been.
+    result: Option<PutResult>,
+}
+
+/// A log's pending objects, in flush order, and its index puts in flight, in issue order.
 #[derive(Debug, Default)]
 struct LogQueue {
     objects: VecDeque<(u64, Slot)>,
-    put_in_flight: bool,
+    issued: VecDeque<IssuedPut>,
+    /// An index put of the log failed (or its outcome is unknown) while others were issued
+    /// behind it: no more are issued, and those are not acknowledged, until they drained.
+    halted: bool,
 }
 
-/// A3 and A4: publishes each log's sections in the log's flush order, one put in flight per
-/// log; logs are independent of each other. Ends once the batcher and every upload are done
-/// and every put has completed.
+/// What the publisher shares with the puts it starts.
+#[derive(Debug)]
+struct PublishCtx {
+    meta: Arc<dyn MetaStore>,
+    stats: Arc<Counters>,
+    /// Index puts in flight per log: the configured number if the store commits puts in the
+    /// order they are issued, else 1.
+    puts_per_log: usize,
+}
+
+type PutFuture = BoxFuture<'static, (LogId, u64, PutResult)>;
+
+/// A3 and A4: publishes each log's sections in the log's flush order, up to `puts_per_log`
+/// puts in flight per log, issued in that order (so that the store, committing a shard's
+/// puts in issue order, gives them offsets in that order); logs are independent of each
+/// other. Ends once the batcher and every upload are done and every put has completed.
 async fn run_publisher(
     mut rx: mpsc::UnboundedReceiver<PublisherMsg>,
     meta: Arc<dyn MetaStore>,
     stats: Arc<Counters>,
+    max_puts_per_log: usize,
 ) {
+    let puts_per_log = if meta.sequenced_puts_commit_in_call_order() { max_puts_per_log.max(1) } else { 1 };
+    let ctx = PublishCtx { meta, stats, puts_per_log };
     let mut logs: HashMap<LogId, LogQueue> = HashMap::new();
-    let mut puts = FuturesUnordered::new();
+    let mut puts: FuturesUnordered<PutFuture> = FuturesUnordered::new();
+    let mut next_id = 0u64;
     let mut open = true;
     while open || !puts.is_empty() {
         tokio::select! {
@@ -661,17 +730,21 @@ async fn run_publisher(
                     }
                 }
                 Some(PublisherMsg::Uploaded(up)) => {
+                    // Every section of the object is issued here, without yielding: a store
+                    // that batches (Oxia: one request per shard) carries them together.
                     for log_id in settle(up, &mut logs) {
-                        publish_next(log_id, &mut logs, &mut puts, &meta, &stats);
+                        publish_next(log_id, &mut logs, &mut puts, &mut next_id, &ctx);
                     }
                 }
                 None => open = false,
             },
-            Some(log_id) = puts.next(), if !puts.is_empty() => {
-                if let Some(queue) = logs.get_mut(&log_id) {
-                    queue.put_in_flight = false;
+            Some((log_id, id, result)) = puts.next(), if !puts.is_empty() => {
+                if let Some(queue) = logs.get_mut(&log_id)
+                    && let Some(put) = queue.issued.iter_mut().find(|p| p.id == id)
+                {
+                    put.result = Some(result);
                 }
-                publish_next(log_id, &mut logs, &mut puts, &meta, &stats);
+                publish_next(log_id, &mut logs, &mut puts, &mut next_id, &ctx);
             }
         }
     }
@@ -730,37 +803,109 @@ fn settle(up: Uploaded, logs: &mut HashMap<LogId, LogQueue>) -> Vec<LogId> {
     touched
 }
 
-/// Starts the log's next index put if none is in flight and its oldest object is uploaded;
-/// forgets the log once nothing of it is pending.
+/// Answers the log's completed puts in issue order, then issues its next puts while fewer
+/// than `puts_per_log` are in flight and its oldest objects are uploaded; forgets the log
+/// once nothing of it is pending.
 fn publish_next(
     log_id: LogId,
     logs: &mut HashMap<LogId, LogQueue>,
-    puts: &mut FuturesUnordered<BoxFuture<'static, LogId>>,
-    meta: &Arc<dyn MetaStore>,
-    stats: &Arc<Counters>,
+    puts: &mut FuturesUnordered<PutFuture>,
+    next_id: &mut u64,
+    ctx: &PublishCtx,
 ) {
     let Some(queue) = logs.get_mut(&log_id) else { return };
-    while !queue.put_in_flight {
+    loop {
+        while queue.issued.front().is_some_and(|p| p.result.is_some()) {
+            let Some(put) = queue.issued.pop_front() else { break };
+            let halted_before = queue.halted;
+            let committed = answer(log_id, put, halted_before, &ctx.stats);
+            if !committed && !queue.issued.is_empty() {
+                queue.halted = true;
+            }
+        }
+        if queue.issued.is_empty() {
+            queue.halted = false;
+        }
+        if queue.halted || queue.issued.len() >= ctx.puts_per_log || queue.issued.iter().any(|p| p.exclusive)
+        {
+            break;
+        }
         match queue.objects.front() {
             Some((_, Slot::Uploading)) | None => break,
             Some((_, Slot::Skip)) => {
                 queue.objects.pop_front();
             }
+            // A conditional section waits until the log's earlier puts have drained.
+            Some((_, Slot::Ready(job))) if job.condition.is_some() && !queue.issued.is_empty() => break,
             Some((_, Slot::Ready(_))) => {
                 let Some((_, Slot::Ready(job))) = queue.objects.pop_front() else { break };
-                queue.put_in_flight = true;
-                puts.push(Box::pin(publish(log_id, job, meta.clone(), stats.clone())));
+                *next_id += 1;
+                let id = *next_id;
+                // Stop publishing as soon as the session behind the lease ended (spec SHOULD).
+                if job.entries.iter().any(|e| e.lease.is_lost()) {
+                    queue.issued.push_back(IssuedPut {
+                        id,
+                        record_count: job.record_count,
+                        entries: job.entries,
+                        exclusive: false,
+                        result: Some(PutResult::LeaseLost),
+                    });
+                    continue;
+                }
+                if let Some(condition) = job.condition {
+                    // Checked, then put, with nothing else of the log in flight.
+                    let meta = ctx.meta.clone();
+                    let (object, value) = (job.object, job.value);
+                    let counts = vec![job.record_count, job.payload_bytes];
+                    queue.issued.push_back(IssuedPut {
+                        id,
+                        record_count: job.record_count,
+                        entries: job.entries,
+                        exclusive: true,
+                        result: None,
+                    });
+                    puts.push(Box::pin(async move {
+                        if let Err(refusal) = check_condition(log_id, condition, &object, meta.as_ref()).await
+                        {
+                            return (log_id, id, PutResult::Refused(refusal));
+                        }
+                        let put = meta.sequenced_put_owned(
+                            keys::partition(log_id),
+                            keys::index_prefix(log_id),
+                            counts,
+                            value,
+                        );
+                        (log_id, id, PutResult::Store(put.await))
+                    }));
+                    continue;
+                }
+                // Issued now, in the log's order: the store queues the put at this call.
+                let put = ctx.meta.clone().sequenced_put_owned(
+                    keys::partition(log_id),
+                    keys::index_prefix(log_id),
+                    vec![job.record_count, job.payload_bytes],
+                    job.value,
+                );
+                queue.issued.push_back(IssuedPut {
+                    id,
+                    record_count: job.record_count,
+                    entries: job.entries,
+                    exclusive: false,
+                    result: None,
+                });
+                puts.push(Box::pin(async move { (log_id, id, PutResult::Store(put.await)) }));
             }
         }
     }
-    if queue.objects.is_empty() && !queue.put_in_flight {
+    if queue.objects.is_empty() && queue.issued.is_empty() {
         logs.remove(&log_id);
     }
 }
 
 /// A group's conditions, checked in the publisher right before its index put: no other put of
-/// this writer to the log is in flight, so the log's next offset read here is the one the put
-/// will extend (unless another writer appends to the log at the same moment).
+/// this writer to the log is in flight (a conditional section waits for the log's puts to
+/// drain and holds back those behind it), so the log's next offset read here is the one the
+/// put will extend (unless another writer appends to the log at the same moment).
 async fn check_condition(
     log_id: LogId,
     condition: AppendOptions,
@@ -795,32 +940,47 @@ async fn log_next_offset(log_id: LogId, meta: &dyn MetaStore) -> Result<u64, App
     }
 }
 
-/// A3 and A4 for one log section: the sequenced put, then each entry's answer.
-async fn publish(log_id: LogId, mut job: IndexJob, meta: Arc<dyn MetaStore>, stats: Arc<Counters>) -> LogId {
-    // Stop publishing as soon as the session behind the lease ended (spec SHOULD).
-    if job.entries.iter().any(|e| e.lease.is_lost()) {
-        for e in job.entries {
-            let _ = e.reply.send(Err(AppendError::LeaseLost { log_id }));
+/// A4 for one log section: each entry's answer. `behind_a_failure`: an earlier put of the log
+/// failed or has an unknown outcome, and this one was issued before that was known; if it
+/// committed, its entries are answered [`AppendError::OutcomeUnknown`], not acknowledged, so
+/// that a caller retrying the earlier entries is never told that later ones were appended
+/// before them. Returns whether the put committed and was acknowledged.
+fn answer(log_id: LogId, put: IssuedPut, behind_a_failure: bool, stats: &Counters) -> bool {
+    let IssuedPut { record_count, entries, result, .. } = put;
+    let fail_all = |entries: Vec<PendingEntry>, error: AppendError| {
+        for e in entries {
+            let _ = e.reply.send(Err(error.clone()));
         }
-        return log_id;
-    }
-    if let Some(condition) = job.condition.take()
-        && let Err(refusal) = check_condition(log_id, condition, &job.object, meta.as_ref()).await
-    {
-        for e in job.entries {
-            let _ = e.reply.send(Err(refusal.clone()));
-        }
-        return log_id;
-    }
-    let (partition, prefix) = (keys::partition(log_id), keys::index_prefix(log_id));
-    let result =
-        meta.sequenced_put(&partition, &prefix, &[job.record_count, job.payload_bytes], job.value).await;
+    };
     match result {
-        Ok(written) => match IndexKey::parse(&written.key) {
-            Ok(key) if key.end_offset >= job.record_count => {
+        None => {
+            fail_all(entries, AppendError::Closed);
+            false
+        }
+        Some(PutResult::LeaseLost) => {
+            fail_all(entries, AppendError::LeaseLost { log_id });
+            false
+        }
+        Some(PutResult::Refused(refusal)) => {
+            fail_all(entries, refusal);
+            false
+        }
+        Some(PutResult::Store(Ok(written))) => match IndexKey::parse(&written.key) {
+            Ok(key) if key.end_offset >= record_count => {
                 stats.index_put(PutOutcome::Committed);
-                let mut offset = key.end_offset - job.record_count;
-                for e in job.entries {
+                let start = key.end_offset - record_count;
+                if behind_a_failure {
+                    let reason = format!(
+                        "its index record committed at offsets {start}..{} after an earlier index put of \
+                         the log failed or has an unknown outcome; not acknowledged, so that a retry of \
+                         the earlier entries is not ordered before entries reported appended",
+                        key.end_offset
+                    );
+                    fail_all(entries, AppendError::OutcomeUnknown { log_id, reason });
+                    return false;
+                }
+                let mut offset = start;
+                for e in entries {
                     let ack = AppendAck {
                         log_id,
                         offset,
@@ -830,6 +990,7 @@ async fn publish(log_id: LogId, mut job: IndexJob, meta: Arc<dyn MetaStore>, sta
                     offset += u64::from(e.record_count);
                     let _ = e.reply.send(Ok(ack));
                 }
+                true
             }
             other => {
                 stats.index_put(PutOutcome::Unknown);
@@ -837,23 +998,23 @@ async fn publish(log_id: LogId, mut job: IndexJob, meta: Arc<dyn MetaStore>, sta
                     Err(e) => format!("the store returned key {:?}: {e}", written.key),
                     Ok(_) => format!("the store returned key {:?}, below the record count", written.key),
                 };
-                for e in job.entries {
-                    let _ = e.reply.send(Err(AppendError::OutcomeUnknown { log_id, reason: reason.clone() }));
-                }
+                fail_all(entries, AppendError::OutcomeUnknown { log_id, reason });
+                false
             }
         },
-        Err(err) => {
+        Some(PutResult::Store(Err(err))) => {
             let unknown = err.class() == lakestream_format::ErrorClass::OutcomeUnknown;
             stats.index_put(if unknown { PutOutcome::Unknown } else { PutOutcome::Failed });
-            for e in job.entries {
-                let reason = err.to_string();
-                let _ = e.reply.send(Err(if unknown {
+            let reason = err.to_string();
+            fail_all(
+                entries,
+                if unknown {
                     AppendError::OutcomeUnknown { log_id, reason }
                 } else {
                     AppendError::IndexPutFailed { log_id, reason }
-                }));
-            }
+                },
+            );
+            false
         }
     }
-    log_id
 }

@@ -505,3 +505,35 @@ async fn a_slow_lease_acquisition_holds_back_only_its_own_log() {
     assert_eq!(slow.await.unwrap().unwrap().offset, 0);
     w.close().await;
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_sparse_log_keeps_its_lease_instead_of_churning_and_an_idle_one_still_lets_go() {
+    // Issue #18: a log appended to every 6 s with a 5 s idle release would take and release a
+    // lease per append (three metadata operations each). Once its lease comes back soon after
+    // an idle release, the log keeps the next one longer; a log that stops is still released
+    // (within 4 × lease_idle_release), so deleting it does not wait for the writer to close.
+    let s = Stack::new();
+    let deps = WriterDeps {
+        meta: s.meta.clone(),
+        objects: s.wal.clone(),
+        clock: Arc::new(s.clock.clone()),
+        tokens: Arc::new(SeededTokens::new(18)),
+    };
+    let config = WriterConfig {
+        flush_window: Duration::from_millis(1),
+        lease_idle_release: Duration::from_secs(5),
+        ..WriterConfig::default()
+    };
+    let w = Writer::start(config, deps).unwrap();
+    let log = LogId(1806);
+    for _ in 0..10 {
+        append_now(&w, log, b"sparse").await;
+        tokio::time::sleep(Duration::from_secs(6)).await;
+    }
+    assert_eq!(w.lease_acquisitions(), 2, "one lease, then one more after the first idle release");
+    assert_eq!(w.leased_logs().await, vec![log]);
+    tokio::time::sleep(Duration::from_secs(25)).await;
+    assert!(w.leased_logs().await.is_empty(), "a log that stopped is released");
+    assert!(lease::list_leases(&s.mem, log).await.unwrap().is_empty());
+    w.close().await;
+}
