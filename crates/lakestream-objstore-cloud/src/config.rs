@@ -42,6 +42,12 @@ impl ConditionalPut {
 
 /// Timeouts, retries and multipart settings shared by both backends, with the same meaning
 /// and defaults as the S3 backend's fields of the same names.
+///
+/// [`GcsConfig`] and [`AzureConfig`] repeat these as top-level fields rather than holding
+/// this struct: serde's `flatten` cannot be combined with `deny_unknown_fields`, and a
+/// misspelt key must stay an error that names it. [`TransferSettings::default`] is the one
+/// source of their defaults, and a test checks that the S3 backend's fields of the same
+/// names take the same keys and defaults.
 #[derive(Debug, Clone, PartialEq)]
 pub struct TransferSettings {
     /// Time to establish a connection.
@@ -70,6 +76,23 @@ fn invalid(field: &'static str, reason: impl Into<String>) -> ObjectStoreError {
 
 /// What `Debug` prints instead of a secret.
 const REDACTED: &str = "<redacted>";
+
+impl Default for TransferSettings {
+    /// The defaults of both backends, the S3 backend's too.
+    fn default() -> Self {
+        TransferSettings {
+            connect_timeout: Duration::from_secs(5),
+            attempt_timeout: Duration::from_secs(60),
+            max_attempts: 6,
+            initial_backoff: Duration::from_millis(100),
+            max_backoff: Duration::from_secs(5),
+            multipart_threshold: 64 * 1024 * 1024,
+            multipart_part_size: 16 * 1024 * 1024,
+            multipart_concurrency: 4,
+            conditional_put: ConditionalPut::Atomic,
+        }
+    }
+}
 
 impl TransferSettings {
     fn validate(&self) -> Result<(), ObjectStoreError> {
@@ -202,6 +225,7 @@ pub struct GcsConfig {
 
 impl Default for GcsConfig {
     fn default() -> Self {
+        let transfer = TransferSettings::default();
         GcsConfig {
             url: None,
             bucket: String::new(),
@@ -210,15 +234,15 @@ impl Default for GcsConfig {
             service_account_path: None,
             service_account_key: None,
             anonymous: false,
-            conditional_put: ConditionalPut::Atomic,
-            connect_timeout: Duration::from_secs(5),
-            attempt_timeout: Duration::from_secs(60),
-            max_attempts: 6,
-            initial_backoff: Duration::from_millis(100),
-            max_backoff: Duration::from_secs(5),
-            multipart_threshold: 64 * 1024 * 1024,
-            multipart_part_size: 16 * 1024 * 1024,
-            multipart_concurrency: 4,
+            conditional_put: transfer.conditional_put,
+            connect_timeout: transfer.connect_timeout,
+            attempt_timeout: transfer.attempt_timeout,
+            max_attempts: transfer.max_attempts,
+            initial_backoff: transfer.initial_backoff,
+            max_backoff: transfer.max_backoff,
+            multipart_threshold: transfer.multipart_threshold,
+            multipart_part_size: transfer.multipart_part_size,
+            multipart_concurrency: transfer.multipart_concurrency,
         }
     }
 }
@@ -348,7 +372,7 @@ pub struct AzureConfig {
 
 impl Default for AzureConfig {
     fn default() -> Self {
-        let gcs = GcsConfig::default();
+        let transfer = TransferSettings::default();
         AzureConfig {
             url: None,
             account: None,
@@ -358,15 +382,15 @@ impl Default for AzureConfig {
             access_key: None,
             connection_string: None,
             anonymous: false,
-            conditional_put: ConditionalPut::Atomic,
-            connect_timeout: gcs.connect_timeout,
-            attempt_timeout: gcs.attempt_timeout,
-            max_attempts: gcs.max_attempts,
-            initial_backoff: gcs.initial_backoff,
-            max_backoff: gcs.max_backoff,
-            multipart_threshold: gcs.multipart_threshold,
-            multipart_part_size: gcs.multipart_part_size,
-            multipart_concurrency: gcs.multipart_concurrency,
+            conditional_put: transfer.conditional_put,
+            connect_timeout: transfer.connect_timeout,
+            attempt_timeout: transfer.attempt_timeout,
+            max_attempts: transfer.max_attempts,
+            initial_backoff: transfer.initial_backoff,
+            max_backoff: transfer.max_backoff,
+            multipart_threshold: transfer.multipart_threshold,
+            multipart_part_size: transfer.multipart_part_size,
+            multipart_concurrency: transfer.multipart_concurrency,
         }
     }
 }
@@ -573,6 +597,68 @@ mod tests {
             assert!(text.contains(REDACTED), "{text}");
         }
         assert_eq!(parsed.account_key.as_deref(), Some("hunter2=="), "values keep their '='");
+    }
+
+    /// Every shared key with a value other than its default, as a user would write it.
+    const TRANSFER_TOML: &str = r#"
+conditional_put = "sequential"
+connect_timeout = "7s"
+attempt_timeout = "70s"
+max_attempts = 9
+initial_backoff = "150ms"
+max_backoff = "9s"
+multipart_threshold = 134217728
+multipart_part_size = 8388608
+multipart_concurrency = 3
+"#;
+
+    fn s3_transfer(s3: &lakestream_objstore_s3::S3Config) -> TransferSettings {
+        use lakestream_objstore_s3::ConditionalPut as S3Put;
+        TransferSettings {
+            connect_timeout: s3.connect_timeout,
+            attempt_timeout: s3.attempt_timeout,
+            max_attempts: s3.max_attempts,
+            initial_backoff: s3.initial_backoff,
+            max_backoff: s3.max_backoff,
+            multipart_threshold: s3.multipart_threshold,
+            multipart_part_size: s3.multipart_part_size,
+            multipart_concurrency: s3.multipart_concurrency,
+            conditional_put: match s3.conditional_put {
+                S3Put::Atomic => ConditionalPut::Atomic,
+                S3Put::Sequential => ConditionalPut::Sequential,
+                S3Put::Disabled => ConditionalPut::Disabled,
+            },
+        }
+    }
+
+    /// The three configurations repeat the transfer fields (see [`TransferSettings`]): they
+    /// must keep one set of keys, meanings of values and defaults.
+    #[test]
+    fn transfer_fields_match_across_gcs_azure_and_s3() {
+        let defaults = TransferSettings::default();
+        assert_eq!(GcsConfig::default().transfer(), defaults);
+        assert_eq!(AzureConfig::default().transfer(), defaults);
+        assert_eq!(s3_transfer(&lakestream_objstore_s3::S3Config::default()), defaults, "S3's defaults");
+
+        let gcs: GcsConfig = toml::from_str(TRANSFER_TOML).expect("GCS takes every shared key");
+        let azure: AzureConfig = toml::from_str(TRANSFER_TOML).expect("Azure takes every shared key");
+        let s3: lakestream_objstore_s3::S3Config =
+            toml::from_str(TRANSFER_TOML).expect("S3 takes every shared key");
+        let set = gcs.transfer();
+        assert_ne!(set, defaults, "the test sets every field");
+        assert_eq!(set.max_attempts, 9);
+        assert_eq!(set.initial_backoff, Duration::from_millis(150));
+        assert_eq!(set.conditional_put, ConditionalPut::Sequential);
+        assert_eq!(azure.transfer(), set);
+        assert_eq!(s3_transfer(&s3), set);
+    }
+
+    #[test]
+    fn a_misspelt_key_is_refused_by_name() {
+        let gcs = toml::from_str::<GcsConfig>("bucket = \"b\"\nmax_atempts = 3\n").unwrap_err();
+        assert!(gcs.to_string().contains("max_atempts"), "{gcs}");
+        let azure = toml::from_str::<AzureConfig>("container = \"c\"\nmultipart_treshold = 1\n").unwrap_err();
+        assert!(azure.to_string().contains("multipart_treshold"), "{azure}");
     }
 
     #[test]

@@ -11,7 +11,8 @@
 //!   331). The GCS suite therefore writes its objects through fake-gcs-server's JSON upload
 //!   API ([`JsonSeededGcs`]) and proves reads, ranges, head, list and delete only;
 //!   [`gcs_uploads_are_refused_by_fake_gcs_server`] pins the gap so that a fixed emulator
-//!   shows up.
+//!   shows up. No other GCS emulator installable here takes these writes either
+//!   (docs/objstore.md, "GCS emulators tried", lists what each answered).
 
 use std::sync::Arc;
 
