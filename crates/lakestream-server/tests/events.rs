@@ -14,6 +14,7 @@ use serde_json::{Value, json};
 mod support;
 
 use support::Running;
+use support::http_client::{Answer, call};
 
 async fn start() -> Running {
     support::start_with(|config| config.roles.compactor = false).await
@@ -21,75 +22,6 @@ async fn start() -> Running {
 
 /// Request headers, values as raw bytes.
 type Headers<'a> = Vec<(&'a str, &'a [u8])>;
-
-struct Answer {
-    status: StatusCode,
-    headers: Vec<(String, Vec<u8>)>,
-    body: Vec<u8>,
-}
-
-impl Answer {
-    fn header(&self, name: &str) -> Option<String> {
-        self.headers.iter().find(|(n, _)| n == name).map(|(_, v)| String::from_utf8_lossy(v).into_owned())
-    }
-
-    fn json(&self) -> Value {
-        serde_json::from_slice(&self.body)
-            .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&self.body)))
-    }
-}
-
-/// A minimal HTTP/1.1 client over TCP that sends header values as raw bytes (so tests can
-/// send unencoded UTF-8 and malformed escapes) and keeps response header bytes.
-async fn call(base: &str, method: &str, path: &str, headers: &[(&str, &[u8])], body: &[u8]) -> Answer {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let host = base.trim_start_matches("http://");
-    let mut stream = tokio::net::TcpStream::connect(host).await.unwrap();
-    let mut head = format!("{method} {path} HTTP/1.1\r\nhost: {host}\r\ncontent-length: {}\r\n", body.len())
-        .into_bytes();
-    for (name, value) in headers {
-        head.extend_from_slice(name.as_bytes());
-        head.extend_from_slice(b": ");
-        head.extend_from_slice(value);
-        head.extend_from_slice(b"\r\n");
-    }
-    head.extend_from_slice(b"connection: close\r\n\r\n");
-    stream.write_all(&head).await.unwrap();
-    stream.write_all(body).await.unwrap();
-    let mut raw = Vec::new();
-    stream.read_to_end(&mut raw).await.unwrap();
-    let split = raw.windows(4).position(|w| w == b"\r\n\r\n").expect("a complete response");
-    let mut lines = raw[..split].split(|b| *b == b'\n').map(|l| l.strip_suffix(b"\r").unwrap_or(l));
-    let status_line = String::from_utf8_lossy(lines.next().unwrap()).into_owned();
-    let status: u16 = status_line.split(' ').nth(1).unwrap().parse().unwrap();
-    let headers: Vec<(String, Vec<u8>)> = lines
-        .filter_map(|l| {
-            let colon = l.iter().position(|b| *b == b':')?;
-            let name = String::from_utf8_lossy(&l[..colon]).trim().to_ascii_lowercase();
-            let value = l[colon + 1..].trim_ascii().to_vec();
-            Some((name, value))
-        })
-        .collect();
-    let mut body = raw[split + 4..].to_vec();
-    if headers.iter().any(|(k, v)| k == "transfer-encoding" && v == b"chunked") {
-        body = dechunk(&body);
-    }
-    Answer { status: StatusCode::from_u16(status).unwrap(), headers, body }
-}
-
-fn dechunk(mut b: &[u8]) -> Vec<u8> {
-    let mut out = Vec::new();
-    loop {
-        let line_end = b.windows(2).position(|w| w == b"\r\n").unwrap();
-        let size = usize::from_str_radix(std::str::from_utf8(&b[..line_end]).unwrap().trim(), 16).unwrap();
-        b = &b[line_end + 2..];
-        if size == 0 {
-            return out;
-        }
-        out.extend_from_slice(&b[..size]);
-        b = &b[size + 2..];
-    }
-}
 
 async fn create_stream(base: &str, name: &str, partitions: u32) -> Value {
     let body = json!({"name": name, "partitions": partitions}).to_string();

@@ -11,6 +11,7 @@ use tonic::Code;
 mod support;
 
 use support::Running;
+use support::http_client::json_call;
 
 async fn start(oxia: Option<&lakestream_meta_oxia::testkit::StandaloneOxia>) -> Running {
     let address = oxia.map(|o| o.address());
@@ -22,33 +23,10 @@ async fn start(oxia: Option<&lakestream_meta_oxia::testkit::StandaloneOxia>) -> 
     .await
 }
 
-/// One HTTP/1.1 request over a fresh connection; a body that is not JSON comes back as a string.
-async fn call(base: &str, method: &str, path: &str, body: Value) -> (StatusCode, Value) {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let host = base.trim_start_matches("http://");
-    let mut stream = tokio::net::TcpStream::connect(host).await.unwrap();
-    let body = if body.is_null() { String::new() } else { body.to_string() };
-    let head = format!(
-        "{method} {path} HTTP/1.1\r\nhost: {host}\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
-        body.len()
-    );
-    stream.write_all(head.as_bytes()).await.unwrap();
-    stream.write_all(body.as_bytes()).await.unwrap();
-    let mut raw = Vec::new();
-    stream.read_to_end(&mut raw).await.unwrap();
-    let split = raw.windows(4).position(|w| w == b"\r\n\r\n").expect("a complete response");
-    let head = String::from_utf8_lossy(&raw[..split]).to_string();
-    let status: u16 = head.lines().next().unwrap().split(' ').nth(1).unwrap().parse().unwrap();
-    let body = &raw[split + 4..];
-    let value = serde_json::from_slice(body)
-        .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(body).into_owned()));
-    (StatusCode::from_u16(status).unwrap(), value)
-}
-
 async fn produce(s: &Running, stream: &str, partition: usize, n: usize) {
     let entries: Vec<Value> = (0..n).map(|_| json!({ "payload_base64": "eA==" })).collect();
     let path = format!("/v1/namespaces/default/streams/{stream}/partitions/{partition}/entries");
-    let (status, body) = call(&s.base, "POST", &path, json!({ "entries": entries })).await;
+    let (status, body) = json_call(&s.base, "POST", &path, json!({ "entries": entries })).await;
     assert_eq!(status, StatusCode::OK, "{body}");
 }
 
@@ -57,7 +35,7 @@ fn commit_path(group: &str, stream: &str, partition: usize) -> String {
 }
 
 async fn offsets_over_http(s: &Running) {
-    let (status, body) = call(
+    let (status, body) = json_call(
         &s.base,
         "POST",
         "/v1/namespaces/default/streams",
@@ -70,7 +48,7 @@ async fn offsets_over_http(s: &Running) {
     let offsets = |group: &str| format!("/v1/namespaces/default/groups/{group}/streams/g-events");
 
     // An unknown group is a clear 404.
-    let (status, body) = call(&s.base, "GET", &offsets("nobody"), Value::Null).await;
+    let (status, body) = json_call(&s.base, "GET", &offsets("nobody"), Value::Null).await;
     assert_eq!(
         (status, body["error"]["code"].as_str()),
         (StatusCode::NOT_FOUND, Some("not_found")),
@@ -79,7 +57,8 @@ async fn offsets_over_http(s: &Running) {
 
     let commit =
         |offset: u64, generation: u64| json!({ "offset": offset, "generation": generation, "metadata": "m" });
-    let (status, body) = call(&s.base, "PUT", &commit_path("billing", "g-events", 0), commit(3, 1)).await;
+    let (status, body) =
+        json_call(&s.base, "PUT", &commit_path("billing", "g-events", 0), commit(3, 1)).await;
     assert_eq!(status, StatusCode::OK, "{body}");
     assert_eq!((body["offset"].as_u64(), body["generation"].as_u64()), (Some(3), Some(1)));
 
@@ -94,18 +73,19 @@ async fn offsets_over_http(s: &Running) {
         (commit_path("billing", "g-events", 7), commit(1, 1), StatusCode::NOT_FOUND),
         (commit_path("billing", "g-events", 0), json!({ "generation": 1 }), StatusCode::BAD_REQUEST),
     ] {
-        let (got, answer) = call(&s.base, "PUT", &path, body.clone()).await;
+        let (got, answer) = json_call(&s.base, "PUT", &path, body.clone()).await;
         assert_eq!(got, status, "{path} {body}: {answer}");
     }
-    let (status, body) = call(&s.base, "GET", &offsets("billing"), Value::Null).await;
+    let (status, body) = json_call(&s.base, "GET", &offsets("billing"), Value::Null).await;
     assert_eq!(status, StatusCode::OK, "{body}");
     assert_eq!(body["partitions"][0]["committed"]["offset"], 3);
     assert_eq!(body["partitions"][0]["lag"], 2);
 
     // A newer generation may move the group anywhere, backwards included.
-    let (status, body) = call(&s.base, "PUT", &commit_path("billing", "g-events", 0), commit(1, 2)).await;
+    let (status, body) =
+        json_call(&s.base, "PUT", &commit_path("billing", "g-events", 0), commit(1, 2)).await;
     assert_eq!(status, StatusCode::OK, "{body}");
-    let (_, body) = call(&s.base, "GET", &offsets("billing"), Value::Null).await;
+    let (_, body) = json_call(&s.base, "GET", &offsets("billing"), Value::Null).await;
     assert_eq!(body["partitions"][0]["committed"]["generation"], 2);
     assert_eq!(body["partitions"][0]["committed"]["metadata"], "m");
     assert_eq!(
@@ -120,7 +100,7 @@ async fn offsets_over_http(s: &Running) {
         .map(|g| {
             let base = s.base.clone();
             tokio::spawn(async move {
-                call(
+                json_call(
                     &base,
                     "PUT",
                     &commit_path("race", "g-events", 1),
@@ -134,7 +114,7 @@ async fn offsets_over_http(s: &Running) {
         let (status, body) = t.await.unwrap();
         assert!(status == StatusCode::OK || status == StatusCode::CONFLICT, "{status}: {body}");
     }
-    let (_, body) = call(&s.base, "GET", &offsets("race"), Value::Null).await;
+    let (_, body) = json_call(&s.base, "GET", &offsets("race"), Value::Null).await;
     assert_eq!(
         (
             body["partitions"][1]["committed"]["generation"].as_u64(),
@@ -144,19 +124,19 @@ async fn offsets_over_http(s: &Running) {
     );
 
     // Listing, one page at a time.
-    let (status, body) = call(&s.base, "GET", "/v1/namespaces/default/groups", Value::Null).await;
+    let (status, body) = json_call(&s.base, "GET", "/v1/namespaces/default/groups", Value::Null).await;
     assert_eq!(status, StatusCode::OK, "{body}");
     assert_eq!(body["groups"], json!(["billing", "race"]));
-    let (_, body) = call(&s.base, "GET", "/v1/namespaces/default/groups?limit=1", Value::Null).await;
+    let (_, body) = json_call(&s.base, "GET", "/v1/namespaces/default/groups?limit=1", Value::Null).await;
     assert_eq!((body["groups"].clone(), body["next_page"].clone()), (json!(["billing"]), json!("billing")));
     let (_, body) =
-        call(&s.base, "GET", "/v1/namespaces/default/groups?limit=1&after=billing", Value::Null).await;
+        json_call(&s.base, "GET", "/v1/namespaces/default/groups?limit=1&after=billing", Value::Null).await;
     assert_eq!(body["groups"], json!(["race"]));
-    let (status, _) = call(&s.base, "GET", "/v1/namespaces/missing/groups", Value::Null).await;
+    let (status, _) = json_call(&s.base, "GET", "/v1/namespaces/missing/groups", Value::Null).await;
     assert_eq!(status, StatusCode::NOT_FOUND);
 
     // The lag metric.
-    let (_, metrics) = call(&s.base, "GET", "/metrics", Value::Null).await;
+    let (_, metrics) = json_call(&s.base, "GET", "/metrics", Value::Null).await;
     let metrics = metrics.as_str().unwrap().to_owned();
     assert!(
         metrics.contains(r#"lakestream_group_lag_records{namespace="default",group="billing",stream="g-events",partition="0"} 4"#),

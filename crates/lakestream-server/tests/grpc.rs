@@ -12,6 +12,7 @@ use tonic::{Code, Request, Status};
 mod support;
 
 use support::Running;
+use support::http_client::get_ok;
 
 impl Running {
     async fn client(&self) -> LakestreamClient<Channel> {
@@ -370,7 +371,7 @@ async fn request_ids_are_honoured_or_made_and_calls_are_counted() {
     assert!(!made.is_empty() && made != "trace-42");
 
     // The HTTP API's /metrics counts gRPC calls too.
-    let metrics = http_get(s.at.http, "/metrics").await;
+    let metrics = get_ok(&s.at.http.to_string(), "/metrics").await;
     // By method and status code.
     for series in [
         r#"lakestream_grpc_requests_total{method="GetStream",code="NOT_FOUND"} 1"#,
@@ -464,7 +465,8 @@ async fn http_and_grpc_serve_the_same_data() {
     let answer = c.produce(produce("default", "shared", vec![entry(&payload, Some(2))])).await.unwrap();
     let ack = acks(answer.get_ref())[0];
     let body =
-        http_get(s.at.http, "/v1/namespaces/default/streams/shared/partitions/0/entries?offset=0").await;
+        get_ok(&s.at.http.to_string(), "/v1/namespaces/default/streams/shared/partitions/0/entries?offset=0")
+            .await;
     let json: serde_json::Value = serde_json::from_str(&body).unwrap();
     let e = &json["entries"][0];
     assert_eq!(e["offset"], ack.offset);
@@ -482,20 +484,6 @@ async fn http_and_grpc_serve_the_same_data() {
 async fn grpc_is_not_served_unless_configured() {
     let s = start_with(|config| config.grpc.addr = None).await;
     assert_eq!(s.at.grpc, None);
-    assert!(http_get(s.at.http, "/healthz").await.contains("ok"));
+    assert!(get_ok(&s.at.http.to_string(), "/healthz").await.contains("ok"));
     s.stop().await;
-}
-
-/// A minimal HTTP/1.1 GET returning the body (the responses here are not chunked).
-async fn http_get(addr: std::net::SocketAddr, path: &str) -> String {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
-    let head = format!("GET {path} HTTP/1.1\r\nhost: {addr}\r\nconnection: close\r\n\r\n");
-    stream.write_all(head.as_bytes()).await.unwrap();
-    let mut raw = Vec::new();
-    stream.read_to_end(&mut raw).await.unwrap();
-    let text = String::from_utf8_lossy(&raw).to_string();
-    let (head, body) = text.split_once("\r\n\r\n").expect("a complete response");
-    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
-    body.to_string()
 }

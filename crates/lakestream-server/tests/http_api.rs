@@ -12,6 +12,7 @@ use serde_json::{Value, json};
 mod support;
 
 use support::Running;
+use support::http_client::{self, json_call};
 
 async fn start() -> Running {
     start_with(|_| {}).await
@@ -28,8 +29,7 @@ async fn start_with(configure: impl FnOnce(&mut ServerConfig)) -> Running {
     .await
 }
 
-/// A minimal HTTP/1.1 client over a TCP stream: enough for JSON requests in tests without
-/// another HTTP client dependency.
+/// A request with a content type; the answer's status, headers (as text) and body.
 async fn call(
     base: &str,
     method: &str,
@@ -49,50 +49,15 @@ async fn call_as(
     body: &[u8],
     token: Option<&str>,
 ) -> (StatusCode, Vec<(String, String)>, Vec<u8>) {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let host = base.trim_start_matches("http://");
-    let mut stream = tokio::net::TcpStream::connect(host).await.unwrap();
-    let auth = token.map(|t| format!("authorization: Bearer {t}\r\n")).unwrap_or_default();
-    let head = format!(
-        "{method} {path} HTTP/1.1\r\nhost: {host}\r\ncontent-type: {content_type}\r\ncontent-length: {}\r\n{auth}connection: close\r\n\r\n",
-        body.len()
-    );
-    stream.write_all(head.as_bytes()).await.unwrap();
-    stream.write_all(body).await.unwrap();
-    let mut raw = Vec::new();
-    stream.read_to_end(&mut raw).await.unwrap();
-    let split = raw.windows(4).position(|w| w == b"\r\n\r\n").expect("a complete response");
-    let head = String::from_utf8_lossy(&raw[..split]).to_string();
-    let mut lines = head.lines();
-    let status: u16 = lines.next().unwrap().split(' ').nth(1).unwrap().parse().unwrap();
-    let headers: Vec<(String, String)> = lines
-        .filter_map(|l| l.split_once(':').map(|(k, v)| (k.trim().to_ascii_lowercase(), v.trim().to_string())))
-        .collect();
-    let mut body = raw[split + 4..].to_vec();
-    if headers.iter().any(|(k, v)| k == "transfer-encoding" && v == "chunked") {
-        body = dechunk(&body);
+    let auth = token.map(|t| format!("Bearer {t}"));
+    let mut headers = vec![("content-type", content_type.as_bytes())];
+    if let Some(auth) = &auth {
+        headers.push(("authorization", auth.as_bytes()));
     }
-    (StatusCode::from_u16(status).unwrap(), headers, body)
-}
-
-fn dechunk(mut b: &[u8]) -> Vec<u8> {
-    let mut out = Vec::new();
-    loop {
-        let line_end = b.windows(2).position(|w| w == b"\r\n").unwrap();
-        let size = usize::from_str_radix(std::str::from_utf8(&b[..line_end]).unwrap().trim(), 16).unwrap();
-        b = &b[line_end + 2..];
-        if size == 0 {
-            return out;
-        }
-        out.extend_from_slice(&b[..size]);
-        b = &b[size + 2..];
-    }
-}
-
-async fn json_call(base: &str, method: &str, path: &str, body: Value) -> (StatusCode, Value) {
-    let (status, _, bytes) = call(base, method, path, "application/json", body.to_string().as_bytes()).await;
-    let value = if bytes.is_empty() { Value::Null } else { serde_json::from_slice(&bytes).unwrap() };
-    (status, value)
+    let answer = http_client::call(base, method, path, &headers, body).await;
+    let headers =
+        answer.headers.iter().map(|(k, v)| (k.clone(), String::from_utf8_lossy(v).into_owned())).collect();
+    (answer.status, headers, answer.body)
 }
 
 #[tokio::test]

@@ -10,6 +10,7 @@ use serde_json::{Value, json};
 mod support;
 
 use support::Running;
+use support::http_client::{get_ok, json_call};
 
 async fn start() -> Running {
     support::start_with(|config| {
@@ -20,45 +21,32 @@ async fn start() -> Running {
     .await
 }
 
-/// One JSON request over a fresh connection.
-async fn call(base: &str, method: &str, path: &str, body: Value) -> (StatusCode, Value) {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let host = base.trim_start_matches("http://");
-    let mut stream = tokio::net::TcpStream::connect(host).await.unwrap();
-    let body = if body.is_null() { String::new() } else { body.to_string() };
-    let head = format!(
-        "{method} {path} HTTP/1.1\r\nhost: {host}\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
-        body.len()
-    );
-    stream.write_all(head.as_bytes()).await.unwrap();
-    stream.write_all(body.as_bytes()).await.unwrap();
-    let mut raw = Vec::new();
-    stream.read_to_end(&mut raw).await.unwrap();
-    let split = raw.windows(4).position(|w| w == b"\r\n\r\n").expect("a complete response");
-    let status: u16 = String::from_utf8_lossy(&raw[..split]).split(' ').nth(1).unwrap().parse().unwrap();
-    let bytes = &raw[split + 4..];
-    let value =
-        if bytes.is_empty() { Value::Null } else { serde_json::from_slice(bytes).unwrap_or(Value::Null) };
-    (StatusCode::from_u16(status).unwrap(), value)
-}
-
 /// Produces `n` entries of `size` bytes, one request (and so one index record) each.
 async fn produce(base: &str, stream: &str, n: usize, size: usize) {
     use base64::Engine as _;
     let payload = base64::engine::general_purpose::STANDARD.encode(vec![b'x'; size]);
     for _ in 0..n {
         let path = format!("/v1/namespaces/default/streams/{stream}/partitions/0/entries");
-        let (status, v) =
-            call(base, "POST", &path, json!({"entries": [{"payload_base64": payload, "record_count": 1}]}))
-                .await;
+        let (status, v) = json_call(
+            base,
+            "POST",
+            &path,
+            json!({"entries": [{"payload_base64": payload, "record_count": 1}]}),
+        )
+        .await;
         assert_eq!(status, StatusCode::OK, "{v}");
     }
 }
 
 async fn offsets(base: &str, stream: &str) -> Value {
-    call(base, "GET", &format!("/v1/namespaces/default/streams/{stream}/partitions/0/offsets"), Value::Null)
-        .await
-        .1
+    json_call(
+        base,
+        "GET",
+        &format!("/v1/namespaces/default/streams/{stream}/partitions/0/offsets"),
+        Value::Null,
+    )
+    .await
+    .1
 }
 
 /// Waits (bounded) until `check` holds.
@@ -72,8 +60,16 @@ async fn eventually(what: &str, mut check: impl AsyncFnMut() -> bool) {
 
 #[tokio::test]
 async fn retention_by_bytes_soft_trims_then_the_compactor_hard_trims() {
-    let s = start().await;
-    let (status, v) = call(
+    // Retention trims at index-record boundaries: a compaction that merged entries 0..10 into
+    // one record before the retention pass ran would leave nothing to trim at offset 5, so
+    // the range only becomes due for compaction well after the 50 ms retention passes.
+    let s = support::start_with(|config| {
+        config.retention.interval = Duration::from_millis(50);
+        config.compactor_schedule.interval = Duration::from_millis(100);
+        config.compactor.max_range_age = Duration::from_secs(3);
+    })
+    .await;
+    let (status, v) = json_call(
         &s.base,
         "POST",
         "/v1/namespaces/default/streams",
@@ -84,7 +80,7 @@ async fn retention_by_bytes_soft_trims_then_the_compactor_hard_trims() {
     produce(&s.base, "bytes", 10, 50).await;
     // Entry i has 50 × (9 − i) bytes after it: entries 0..=4 have at least 250.
     eventually("the retention soft trim", async || offsets(&s.base, "bytes").await["trim_marker"] == 5).await;
-    let (_, fetched) = call(
+    let (_, fetched) = json_call(
         &s.base,
         "GET",
         "/v1/namespaces/default/streams/bytes/partitions/0/entries?offset=0",
@@ -123,28 +119,20 @@ async fn retention_by_bytes_soft_trims_then_the_compactor_hard_trims() {
 }
 
 async fn metrics(base: &str) -> String {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let host = base.trim_start_matches("http://");
-    let mut stream = tokio::net::TcpStream::connect(host).await.unwrap();
-    stream
-        .write_all(format!("GET /metrics HTTP/1.1\r\nhost: {host}\r\nconnection: close\r\n\r\n").as_bytes())
-        .await
-        .unwrap();
-    let mut raw = String::new();
-    stream.read_to_string(&mut raw).await.unwrap();
-    raw
+    get_ok(base, "/metrics").await
 }
 
 #[tokio::test]
 async fn retention_by_age_expires_entries_older_than_the_limit() {
     let s = start().await;
-    let (status, v) = call(&s.base, "POST", "/v1/namespaces/default/streams", json!({"name": "aged"})).await;
+    let (status, v) =
+        json_call(&s.base, "POST", "/v1/namespaces/default/streams", json!({"name": "aged"})).await;
     assert_eq!(status, StatusCode::CREATED, "{v}");
     produce(&s.base, "aged", 3, 10).await;
     tokio::time::sleep(Duration::from_millis(600)).await;
     produce(&s.base, "aged", 2, 10).await;
     // Set afterwards: the first three entries are over 500 ms old, the last two are not yet.
-    let (status, v) = call(
+    let (status, v) = json_call(
         &s.base,
         "PATCH",
         "/v1/namespaces/default/streams/aged",
@@ -165,8 +153,13 @@ async fn stream_settings_are_updated_and_bad_retention_values_refused() {
     let create = |props: Value| {
         let base = s.base.clone();
         async move {
-            call(&base, "POST", "/v1/namespaces/default/streams", json!({"name": "st", "properties": props}))
-                .await
+            json_call(
+                &base,
+                "POST",
+                "/v1/namespaces/default/streams",
+                json!({"name": "st", "properties": props}),
+            )
+            .await
         }
     };
     let (status, v) = create(json!({"retention_ms": "7d"})).await;
@@ -176,7 +169,7 @@ async fn stream_settings_are_updated_and_bad_retention_values_refused() {
     assert_eq!(status, StatusCode::CREATED);
     let patch = |body: Value| {
         let base = s.base.clone();
-        async move { call(&base, "PATCH", "/v1/namespaces/default/streams/st", body).await }
+        async move { json_call(&base, "PATCH", "/v1/namespaces/default/streams/st", body).await }
     };
     let (status, v) = patch(json!({"properties": {"retention_bytes": "0"}})).await;
     assert_eq!(status, StatusCode::BAD_REQUEST, "{v}");
@@ -184,13 +177,14 @@ async fn stream_settings_are_updated_and_bad_retention_values_refused() {
     let (status, v) = patch(json!({"properties": {"retention_bytes": "1048576", "owner": null}})).await;
     assert_eq!(status, StatusCode::OK, "{v}");
     assert_eq!(v["properties"], json!({"retention_bytes": "1048576"}));
-    let (_, got) = call(&s.base, "GET", "/v1/namespaces/default/streams/st", Value::Null).await;
+    let (_, got) = json_call(&s.base, "GET", "/v1/namespaces/default/streams/st", Value::Null).await;
     assert_eq!(got["properties"], json!({"retention_bytes": "1048576"}));
     let (status, v) = patch(json!({"props": {}})).await;
     assert_eq!(status, StatusCode::BAD_REQUEST, "unknown fields are refused: {v}");
     assert!(v["error"]["message"].as_str().unwrap().contains("props"), "{v}");
     let (status, _) =
-        call(&s.base, "PATCH", "/v1/namespaces/default/streams/missing", json!({"properties": {}})).await;
+        json_call(&s.base, "PATCH", "/v1/namespaces/default/streams/missing", json!({"properties": {}}))
+            .await;
     assert_eq!(status, StatusCode::NOT_FOUND);
     s.stop().await;
 }
@@ -198,19 +192,28 @@ async fn stream_settings_are_updated_and_bad_retention_values_refused() {
 #[tokio::test]
 async fn a_namespace_is_deleted_once_it_holds_no_stream() {
     let s = start().await;
-    assert_eq!(call(&s.base, "POST", "/v1/namespaces", json!({"name": "temp"})).await.0, StatusCode::CREATED);
-    let (status, _) = call(&s.base, "POST", "/v1/namespaces/temp/streams", json!({"name": "x"})).await;
+    assert_eq!(
+        json_call(&s.base, "POST", "/v1/namespaces", json!({"name": "temp"})).await.0,
+        StatusCode::CREATED
+    );
+    let (status, _) = json_call(&s.base, "POST", "/v1/namespaces/temp/streams", json!({"name": "x"})).await;
     assert_eq!(status, StatusCode::CREATED);
-    let (status, v) = call(&s.base, "DELETE", "/v1/namespaces/temp", Value::Null).await;
+    let (status, v) = json_call(&s.base, "DELETE", "/v1/namespaces/temp", Value::Null).await;
     assert_eq!(status, StatusCode::CONFLICT, "{v}");
     assert!(v["error"]["message"].as_str().unwrap().contains("not empty"), "{v}");
     assert_eq!(
-        call(&s.base, "DELETE", "/v1/namespaces/temp/streams/x", Value::Null).await.0,
+        json_call(&s.base, "DELETE", "/v1/namespaces/temp/streams/x", Value::Null).await.0,
         StatusCode::NO_CONTENT
     );
-    assert_eq!(call(&s.base, "DELETE", "/v1/namespaces/temp", Value::Null).await.0, StatusCode::NO_CONTENT);
-    let (_, listed) = call(&s.base, "GET", "/v1/namespaces", Value::Null).await;
+    assert_eq!(
+        json_call(&s.base, "DELETE", "/v1/namespaces/temp", Value::Null).await.0,
+        StatusCode::NO_CONTENT
+    );
+    let (_, listed) = json_call(&s.base, "GET", "/v1/namespaces", Value::Null).await;
     assert!(!listed["namespaces"].as_array().unwrap().iter().any(|n| n["name"] == "temp"), "{listed}");
-    assert_eq!(call(&s.base, "DELETE", "/v1/namespaces/temp", Value::Null).await.0, StatusCode::NOT_FOUND);
+    assert_eq!(
+        json_call(&s.base, "DELETE", "/v1/namespaces/temp", Value::Null).await.0,
+        StatusCode::NOT_FOUND
+    );
     s.stop().await;
 }

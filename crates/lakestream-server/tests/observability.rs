@@ -4,24 +4,16 @@
 
 mod support;
 
+use support::http_client;
+
 /// One HTTP/1.1 request; answers the status and the body.
 async fn call(addr: std::net::SocketAddr, method: &str, path: &str, body: &[u8]) -> (u16, String) {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
     // A JSON object is sent as JSON; anything else is one entry's raw payload.
-    let content_type = if body.starts_with(b"{") { "application/json" } else { "application/octet-stream" };
-    let head = format!(
-        "{method} {path} HTTP/1.1\r\nhost: {addr}\r\ncontent-type: {content_type}\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
-        body.len()
-    );
-    stream.write_all(head.as_bytes()).await.unwrap();
-    stream.write_all(body).await.unwrap();
-    let mut raw = Vec::new();
-    stream.read_to_end(&mut raw).await.unwrap();
-    let text = String::from_utf8_lossy(&raw).to_string();
-    let status = text.split(' ').nth(1).unwrap().parse().unwrap();
-    let body = text.split_once("\r\n\r\n").map(|(_, b)| b.to_string()).unwrap_or_default();
-    (status, body)
+    let content_type: &[u8] =
+        if body.starts_with(b"{") { b"application/json" } else { b"application/octet-stream" };
+    let answer =
+        http_client::call(&addr.to_string(), method, path, &[("content-type", content_type)], body).await;
+    (answer.status.as_u16(), answer.text())
 }
 
 /// The value of the sample named exactly `series` (name and labels), if exposed.

@@ -13,6 +13,7 @@ use tonic::transport::Channel;
 mod support;
 
 use support::Running;
+use support::http_client::json_call;
 
 /// The stack: the dev stack, or with `oxia` the metadata on that Oxia server.
 async fn start(oxia: Option<&lakestream_meta_oxia::testkit::StandaloneOxia>) -> Running {
@@ -27,47 +28,6 @@ async fn start(oxia: Option<&lakestream_meta_oxia::testkit::StandaloneOxia>) -> 
 
 async fn client(s: &Running) -> LakestreamClient<Channel> {
     LakestreamClient::connect(format!("http://{}", s.at.grpc.expect("gRPC is served"))).await.unwrap()
-}
-
-/// One HTTP/1.1 JSON request over a fresh connection.
-async fn json_call(base: &str, method: &str, path: &str, body: Value) -> (StatusCode, Value) {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let host = base.trim_start_matches("http://");
-    let mut stream = tokio::net::TcpStream::connect(host).await.unwrap();
-    let body = body.to_string();
-    let head = format!(
-        "{method} {path} HTTP/1.1\r\nhost: {host}\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
-        body.len()
-    );
-    stream.write_all(head.as_bytes()).await.unwrap();
-    stream.write_all(body.as_bytes()).await.unwrap();
-    let mut raw = Vec::new();
-    stream.read_to_end(&mut raw).await.unwrap();
-    let split = raw.windows(4).position(|w| w == b"\r\n\r\n").expect("a complete response");
-    let head = String::from_utf8_lossy(&raw[..split]).to_string();
-    let status: u16 = head.lines().next().unwrap().split(' ').nth(1).unwrap().parse().unwrap();
-    let mut body = raw[split + 4..].to_vec();
-    if head.to_ascii_lowercase().contains("transfer-encoding: chunked") {
-        body = dechunk(&body);
-    }
-    // Axum answers a malformed query with plain text.
-    let value = serde_json::from_slice(&body)
-        .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&body).into_owned()));
-    (StatusCode::from_u16(status).unwrap(), value)
-}
-
-fn dechunk(mut b: &[u8]) -> Vec<u8> {
-    let mut out = Vec::new();
-    loop {
-        let line_end = b.windows(2).position(|w| w == b"\r\n").unwrap();
-        let size = usize::from_str_radix(std::str::from_utf8(&b[..line_end]).unwrap().trim(), 16).unwrap();
-        b = &b[line_end + 2..];
-        if size == 0 {
-            return out;
-        }
-        out.extend_from_slice(&b[..size]);
-        b = &b[size + 2..];
-    }
 }
 
 async fn create_stream(s: &Running, name: &str) -> String {

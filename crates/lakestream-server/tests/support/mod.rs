@@ -3,6 +3,8 @@
 
 #![allow(dead_code)] // Each suite uses its own part of the harness.
 
+pub mod http_client;
+
 use std::time::Duration;
 
 use lakestream_server::{Listening, ServerConfig, Stack};
