@@ -27,8 +27,9 @@ pub enum WalReadMode {
 #[derive(Debug, Clone, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct ReaderConfig {
-    /// Bytes kept in memory (LRU) by each of the two object caches: parsed WAL objects, and
-    /// compacted files. Default 256 MiB each. Cached reads avoid a GET; objects never change,
+    /// Bytes kept in memory by each of the two object caches: parsed WAL objects (or the
+    /// sections read of them), and parts of compacted files (companions, footers, decoded
+    /// row groups). Default 256 MiB each. Cached reads avoid a GET; objects never change,
     /// so the caches are never stale.
     pub object_cache_bytes: usize,
     /// How many consecutive index records one metadata scan fetches during a batched read.

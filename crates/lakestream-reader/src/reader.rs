@@ -12,14 +12,11 @@
 //! When an object a record names is missing, the covering record is looked up again (a
 //! compaction or hard trim may have replaced it) before an error is reported.
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use lakestream_format::compacted::{self, CompactedFileReader, KNOWN_BINDINGS};
-use lakestream_format::companion::{self, Companion};
-use lakestream_format::entry_index::{self, IndexValue, ParquetRecord, RawRecord};
+use lakestream_format::entry_index::{self, IndexValue, RawRecord};
 use lakestream_format::keys::{self, IndexKey};
 use lakestream_format::legacy::{LegacyIndexValue, LegacyVersion, LegacyWalObject};
 use lakestream_format::wal::{self, WalIndex, WalObject};
@@ -29,9 +26,12 @@ use lakestream_objstore::{ByteRange, ObjectPath, ObjectStore, ObjectStoreError};
 use tokio::sync::watch;
 use tokio::time::Instant;
 
+use self::parquet::CachedFile;
 use crate::cache::{CacheStats, IndexCache, ObjectCache};
 use crate::config::{ConfigError, ReaderConfig, WalReadMode};
 use crate::error::ReadError;
+
+mod parquet;
 
 /// Entries read from a log, and where the next read starts.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -66,13 +66,14 @@ pub struct Reader {
 struct Inner {
     config: ReaderConfig,
     deps: ReaderDeps,
-    objects: ObjectCache,
+    /// Parts of compacted files (companions, footers, row groups) and whole legacy WAL
+    /// objects.
+    files: ObjectCache<CachedFile>,
     /// Parsed WAL objects, so that reading another record of a cached object does not parse
     /// its index region again, and the sections read with ranged GETs (keyed
     /// `{object}#{log}`), in one cache with one bound.
     wal_objects: ObjectCache<CachedWal>,
     index: IndexCache,
-    companions: Mutex<HashMap<String, Arc<Companion>>>,
     appended: watch::Sender<u64>,
     /// Bytes of objects and sections being read ahead now.
     read_ahead_in_flight: std::sync::atomic::AtomicUsize,
@@ -93,20 +94,17 @@ enum Attempt<T> {
     Missing(String),
 }
 
-const MAX_CACHED_COMPANIONS: usize = 1024;
-
 impl Reader {
     /// A reader over these stores.
     pub fn new(config: ReaderConfig, deps: ReaderDeps) -> Result<Reader, ConfigError> {
         config.validate()?;
         Ok(Reader {
             inner: Arc::new(Inner {
-                objects: ObjectCache::new(config.object_cache_bytes),
+                files: ObjectCache::new(config.object_cache_bytes),
                 wal_objects: ObjectCache::new(config.object_cache_bytes),
                 index: IndexCache::new(config.index_cache_ttl, config.index_cache_records),
                 config,
                 deps,
-                companions: Mutex::new(HashMap::new()),
                 appended: watch::channel(0).0,
                 read_ahead_in_flight: std::sync::atomic::AtomicUsize::new(0),
             }),
@@ -121,7 +119,7 @@ impl Reader {
 
     /// Object-cache statistics (WAL objects and compacted files together).
     pub fn cache_stats(&self) -> CacheStats {
-        let (a, b) = (self.inner.objects.stats(), self.inner.wal_objects.stats());
+        let (a, b) = (self.inner.files.stats(), self.inner.wal_objects.stats());
         CacheStats { hits: a.hits + b.hits, misses: a.misses + b.misses, bytes: a.bytes + b.bytes }
     }
 
@@ -593,103 +591,7 @@ impl Reader {
         }]))
     }
 
-    /// A PARQUET record ("Reading a PARQUET record"): the file holding `from`, its companion's
-    /// row for `from`, then rows onward (into later files of the index) within `budget`.
-    async fn read_parquet(
-        &self,
-        log: &LogRef,
-        record: &Record,
-        start: Offset,
-        from: Offset,
-        pq: &ParquetRecord,
-        budget: usize,
-    ) -> Result<Attempt<Vec<Entry>>, ReadError> {
-        let log_id = log.log_id;
-        let corrupt = |what: String, detail: String| ReadError::Corrupt { log_id, what, detail };
-        let first =
-            pq.file_index.locate(start, from).map_err(|e| corrupt(record.key.clone(), e.to_string()))?;
-        let mut entries = Vec::new();
-        let mut taken = 0usize;
-        let mut next = from;
-        for file in &pq.file_index.entries()[first.position..] {
-            let dir = format!("{}/{}", log.namespace, log.stream);
-            let data_path = format!("{dir}/{}", file.name);
-            let companion_name = compacted::companion_name(&file.name)
-                .map_err(|e| corrupt(record.key.clone(), e.to_string()))?;
-            let companion_path = format!("{dir}/{companion_name}");
-            let companion = match self.companion(log_id, &companion_path).await? {
-                Attempt::Done(c) => c,
-                Attempt::Missing(o) => return Ok(Attempt::Missing(o)),
-            };
-            let data = match self.fetch(&self.inner.deps.compacted, log_id, &data_path).await? {
-                Attempt::Done(b) => b,
-                Attempt::Missing(o) => return Ok(Attempt::Missing(o)),
-            };
-            let reader = CompactedFileReader::open(data, KNOWN_BINDINGS)
-                .map_err(|e| corrupt(format!("compacted file {data_path}"), e.to_string()))?;
-            let rows = companion.rows();
-            if reader.row_count() != rows.len() as u64 {
-                return Err(corrupt(
-                    format!("compacted file {data_path}"),
-                    format!("{} rows, but its companion describes {}", reader.row_count(), rows.len()),
-                ));
-            }
-            let Some(first_row) = companion.row_holding(next) else {
-                return Err(corrupt(
-                    format!("companion {companion_path}"),
-                    format!("no row holds offset {next} (file index says {} holds it)", file.name),
-                ));
-            };
-            // Take rows while within budget (at least one row overall).
-            let mut end_row = first_row;
-            while end_row < rows.len() && (taken == 0 || taken < budget) {
-                taken += rows[end_row].entry_size as usize;
-                end_row += 1;
-            }
-            let payloads = reader
-                .read_payloads(first_row as u64..end_row as u64)
-                .map_err(|e| corrupt(format!("compacted file {data_path}"), e.to_string()))?;
-            for (row, payload) in rows[first_row..end_row].iter().zip(payloads) {
-                entries.push(Entry {
-                    offset: row.offset,
-                    record_count: row.record_count,
-                    timestamp_ms: row.timestamp_ms, // from the row, not the record (spec MUST)
-                    payload,
-                });
-                next = row.end_offset();
-            }
-            if taken >= budget || end_row < rows.len() {
-                break;
-            }
-        }
-        Ok(Attempt::Done(entries))
-    }
-
-    async fn companion(&self, log_id: LogId, path: &str) -> Result<Attempt<Arc<Companion>>, ReadError> {
-        if let Some(c) = self.lock_companions().get(path) {
-            return Ok(Attempt::Done(c.clone()));
-        }
-        let bytes = match self.get_object(&self.inner.deps.compacted, log_id, path).await? {
-            Attempt::Done(b) => b,
-            Attempt::Missing(o) => return Ok(Attempt::Missing(o)),
-        };
-        let parsed = companion::read_companion(&bytes, companion::ReadOptions::default()).map_err(|e| {
-            ReadError::Corrupt { log_id, what: format!("companion {path}"), detail: e.to_string() }
-        })?;
-        let parsed = Arc::new(parsed);
-        let mut cache = self.lock_companions();
-        if cache.len() >= MAX_CACHED_COMPANIONS {
-            cache.clear();
-        }
-        cache.insert(path.to_string(), parsed.clone());
-        Ok(Attempt::Done(parsed))
-    }
-
-    fn lock_companions(&self) -> std::sync::MutexGuard<'_, HashMap<String, Arc<Companion>>> {
-        self.inner.companions.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    /// An immutable object, from the cache or the store.
+    /// An immutable object, whole, from the file cache or the store.
     async fn fetch(
         &self,
         store: &Arc<dyn ObjectStore>,
@@ -702,15 +604,20 @@ impl Reader {
             Ok(match self.get_object(store, log_id, name).await? {
                 Attempt::Done(b) => {
                     let weight = b.len();
-                    Some((b, weight))
+                    Some((CachedFile::Whole(b), weight))
                 }
                 Attempt::Missing(_) => None,
             })
         };
-        Ok(match self.inner.objects.get_or_load(&cache_key, load).await? {
-            Some(b) => Attempt::Done(b),
-            None => Attempt::Missing(name.to_string()),
-        })
+        match self.inner.files.get_or_load(&cache_key, load).await? {
+            Some(CachedFile::Whole(b)) => Ok(Attempt::Done(b)),
+            Some(_) => Err(ReadError::Corrupt {
+                log_id,
+                what: format!("object {name}"),
+                detail: "another kind of value was cached under its name".into(),
+            }),
+            None => Ok(Attempt::Missing(name.to_string())),
+        }
     }
 
     async fn get_object(
