@@ -32,6 +32,7 @@ use crate::config::{ConfigError, ReaderConfig, WalReadMode};
 use crate::error::ReadError;
 
 mod parquet;
+mod tail;
 
 /// Entries read from a log, and where the next read starts.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -74,6 +75,8 @@ struct Inner {
     /// `{object}#{log}`), in one cache with one bound.
     wal_objects: ObjectCache<CachedWal>,
     index: IndexCache,
+    /// Tail reads waiting, per log.
+    tails: tail::Tails,
     appended: watch::Sender<u64>,
     /// Bytes of objects and sections being read ahead now.
     read_ahead_in_flight: std::sync::atomic::AtomicUsize,
@@ -103,6 +106,7 @@ impl Reader {
                 files: ObjectCache::new(config.object_cache_bytes),
                 wal_objects: ObjectCache::new(config.object_cache_bytes),
                 index: IndexCache::new(config.index_cache_ttl, config.index_cache_records),
+                tails: tail::Tails::default(),
                 config,
                 deps,
                 appended: watch::channel(0).0,
@@ -111,8 +115,10 @@ impl Reader {
         })
     }
 
-    /// Wakes tail reads waiting in this process: call it when an in-process writer has
-    /// acknowledged entries. Readers also poll, so calling it is an optimization.
+    /// Wakes the pollers of every log a read waits on in this process, for a look at the
+    /// metadata store now: call it when an in-process writer has acknowledged entries and
+    /// their logs are not known ([`Reader::notify_appended_to`] names the log, and costs no
+    /// metadata read). Pollers also look by themselves, so calling either is an optimization.
     pub fn notify_appended(&self) {
         self.inner.appended.send_modify(|n| *n = n.wrapping_add(1));
     }
@@ -179,8 +185,9 @@ impl Reader {
         max_wait: Duration,
     ) -> Result<ReadBatch, ReadError> {
         let deadline = Instant::now() + max_wait;
-        let mut changed = self.inner.appended.subscribe();
-        let mut pause = Duration::from_millis(1);
+        // Seen ends of the log that turned out to hold nothing for this read yet (an index
+        // record not visible to the scan yet): wait for a later one.
+        let mut above = offset;
         loop {
             let b = self.trim_marker(log.log_id).await?; // R1
             let from = offset.max(b);
@@ -200,14 +207,12 @@ impl Reader {
                 let next_offset = entries.last().map_or(from, Entry::end_offset);
                 return Ok(ReadBatch { entries, next_offset, trim_marker: b });
             }
-            // Tail read: wait for an in-process append signal or the next poll, whichever
-            // comes first — no busy loop, and never past the deadline.
-            let sleep = pause.min(deadline.saturating_duration_since(Instant::now()));
-            tokio::select! {
-                _ = changed.changed() => {}
-                _ = tokio::time::sleep(sleep) => {}
+            // Tail read: wait until the log is seen to end beyond `from` (an in-process
+            // append, or the log's poller; see `tail`), never past the deadline.
+            match self.wait_for_append(log.log_id, above.max(from), deadline).await {
+                Some(seen) => above = seen,
+                None => return Ok(ReadBatch { entries, next_offset: from, trim_marker: b }),
             }
-            pause = (pause * 2).min(self.inner.config.tail_poll_max);
         }
     }
 
