@@ -89,6 +89,8 @@ struct Inner {
 enum CachedWal {
     Object(Arc<WalObject>),
     Section(Arc<(wal::LogSection, Bytes, u64)>),
+    /// An object's parsed index region and the first bytes read of it (ranged reads).
+    Index(Arc<(WalIndex, Bytes)>),
 }
 
 /// Why one attempt at a record failed in a way a fresh lookup can fix.
@@ -365,6 +367,10 @@ impl Reader {
                 section.check_matches_record(raw).map_err(|e| corrupt(e.to_string()))?;
                 wanted.take(section, part, *part_start).map(Attempt::Done).map_err(corrupt)
             }
+            // `load_raw` yields objects and sections only.
+            Attempt::Done(CachedWal::Index(_)) => {
+                Err(corrupt("an index where a section was expected".into()))
+            }
         }
     }
 
@@ -442,6 +448,7 @@ impl Reader {
             Some(CachedWal::Section(_)) if whole => {
                 Err(corrupt("a section was cached under the object's name".into()))
             }
+            Some(CachedWal::Index(_)) => Err(corrupt("an index was cached under an object's name".into())),
             Some(got) => Ok(Attempt::Done(got)),
             None => Ok(Attempt::Missing(raw.location.clone())),
         }
@@ -490,43 +497,70 @@ impl Reader {
         }
     }
 
-    /// Ranged reads of a WAL object: the index region (one request for indexes up to 4 KiB),
-    /// then only the payload span of L's section. Returns the section, the payload bytes read
-    /// and where they start in the payload region.
-    async fn read_section_ranged(
+    /// The index region of a WAL object, parsed, with the object's first bytes as read (one
+    /// GET of its first 4 KiB; a second one when the index is larger), cached: readers of the
+    /// object's other logs share it (single-flight), so a many-log object costs one index
+    /// read, not one per log.
+    async fn wal_index(
         &self,
         log_id: LogId,
-        record: &Record,
         raw: &RawRecord,
-    ) -> Result<Attempt<(wal::LogSection, Bytes, u64)>, ReadError> {
+    ) -> Result<Attempt<Arc<(WalIndex, Bytes)>>, ReadError> {
         const GUESS: u64 = 4096;
         let corrupt = |detail: String| ReadError::Corrupt {
             log_id,
             what: format!("WAL object {}", raw.location),
             detail,
         };
-        let store = &self.inner.deps.wal;
-        let path = &ObjectPath::new(raw.location.clone()).map_err(|e| corrupt(e.to_string()))?;
-        let get = |range: ByteRange| async move {
-            match store.get_range(path, range).await {
-                Ok(b) => Ok(Attempt::Done(b)),
-                Err(ObjectStoreError::NotFound { .. }) => Ok(Attempt::Missing(raw.location.clone())),
-                Err(source) => Err(ReadError::Object { log_id, object: raw.location.clone(), source }),
+        let load = async {
+            let store = &self.inner.deps.wal;
+            let path = &ObjectPath::new(raw.location.clone()).map_err(|e| corrupt(e.to_string()))?;
+            let get = |range: ByteRange| async move {
+                match store.get_range(path, range).await {
+                    Ok(b) => Ok(Some(b)),
+                    Err(ObjectStoreError::NotFound { .. }) => Ok(None),
+                    Err(source) => Err(ReadError::Object { log_id, object: raw.location.clone(), source }),
+                }
+            };
+            let Some(mut head) = get(ByteRange::Bounded(0..GUESS)).await? else { return Ok(None) };
+            let index_len = u64::from(wal::index_length(&head).map_err(|e| corrupt(e.to_string()))?);
+            let index_end = 4 + index_len;
+            if (head.len() as u64) < index_end {
+                let Some(whole_index) = get(ByteRange::Bounded(0..index_end)).await? else { return Ok(None) };
+                head = whole_index;
             }
+            let index = WalIndex::parse(&head).map_err(|e| corrupt(e.to_string()))?;
+            // Parsed, a section costs about 16 bytes per entry beside the bytes read.
+            let entries: usize = index.sections().iter().map(|s| s.entries.len()).sum();
+            let weight = head.len() + 16 * entries + 64 * index.sections().len();
+            Ok::<_, ReadError>(Some((CachedWal::Index(Arc::new((index, head))), weight)))
         };
-        let mut head = match get(ByteRange::Bounded(0..GUESS)).await? {
-            Attempt::Done(b) => b,
+        match self.inner.wal_objects.get_or_load(&format!("{}#index", raw.location), load).await? {
+            Some(CachedWal::Index(got)) => Ok(Attempt::Done(got)),
+            Some(_) => Err(corrupt("another kind of value was cached under its index's name".into())),
+            None => Ok(Attempt::Missing(raw.location.clone())),
+        }
+    }
+
+    /// Ranged reads of a WAL object: the index region (shared by the readers of its logs,
+    /// see [`Reader::wal_index`]), then only the payload span of L's section. Returns the
+    /// section, the payload bytes read and where they start in the payload region.
+    async fn read_section_ranged(
+        &self,
+        log_id: LogId,
+        record: &Record,
+        raw: &RawRecord,
+    ) -> Result<Attempt<(wal::LogSection, Bytes, u64)>, ReadError> {
+        let corrupt = |detail: String| ReadError::Corrupt {
+            log_id,
+            what: format!("WAL object {}", raw.location),
+            detail,
+        };
+        let got = match self.wal_index(log_id, raw).await? {
+            Attempt::Done(got) => got,
             Attempt::Missing(o) => return Ok(Attempt::Missing(o)),
         };
-        let index_len = u64::from(wal::index_length(&head).map_err(|e| corrupt(e.to_string()))?);
-        let index_end = 4 + index_len;
-        if (head.len() as u64) < index_end {
-            head = match get(ByteRange::Bounded(0..index_end)).await? {
-                Attempt::Done(b) => b,
-                Attempt::Missing(o) => return Ok(Attempt::Missing(o)),
-            };
-        }
-        let index = WalIndex::parse(&head).map_err(|e| corrupt(e.to_string()))?;
+        let (index, head) = &*got;
         if let Some(len) = raw.file_size {
             index.check_payload_region_len(len as u64).map_err(|e| corrupt(e.to_string()))?;
         }
@@ -541,9 +575,14 @@ impl Reader {
         } else if base + span.end <= head.len() as u64 {
             head.slice((base + span.start) as usize..(base + span.end) as usize)
         } else {
-            match get(ByteRange::Bounded(base + span.start..base + span.end)).await? {
-                Attempt::Done(b) => b,
-                Attempt::Missing(o) => return Ok(Attempt::Missing(o)),
+            let path = ObjectPath::new(raw.location.clone()).map_err(|e| corrupt(e.to_string()))?;
+            let range = ByteRange::Bounded(base + span.start..base + span.end);
+            match self.inner.deps.wal.get_range(&path, range).await {
+                Ok(b) => b,
+                Err(ObjectStoreError::NotFound { .. }) => return Ok(Attempt::Missing(raw.location.clone())),
+                Err(source) => {
+                    return Err(ReadError::Object { log_id, object: raw.location.clone(), source });
+                }
             }
         };
         Ok(Attempt::Done((section, part, span.start)))
