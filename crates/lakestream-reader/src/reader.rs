@@ -31,6 +31,7 @@ use crate::cache::{CacheStats, IndexCache, ObjectCache};
 use crate::config::{ConfigError, ReaderConfig, WalReadMode};
 use crate::error::ReadError;
 
+mod gather;
 mod parquet;
 mod tail;
 
@@ -77,6 +78,8 @@ struct Inner {
     index: IndexCache,
     /// Tail reads waiting, per log.
     tails: tail::Tails,
+    /// Ranged reads of WAL objects' sections being gathered, per object.
+    batches: gather::Batches,
     appended: watch::Sender<u64>,
     /// Bytes of objects and sections being read ahead now.
     read_ahead_in_flight: std::sync::atomic::AtomicUsize,
@@ -109,6 +112,7 @@ impl Reader {
                 wal_objects: ObjectCache::new(config.object_cache_bytes),
                 index: IndexCache::new(config.index_cache_ttl, config.index_cache_records),
                 tails: tail::Tails::default(),
+                batches: gather::Batches::default(),
                 config,
                 deps,
                 appended: watch::channel(0).0,
@@ -556,6 +560,9 @@ impl Reader {
             what: format!("WAL object {}", raw.location),
             detail,
         };
+        // Joined before the index is read: the readers of the object's other logs that come
+        // while it is being read have their sections read with this one (see `gather`).
+        let batch = self.inner.batches.join(&raw.location, log_id);
         let got = match self.wal_index(log_id, raw).await? {
             Attempt::Done(got) => got,
             Attempt::Missing(o) => return Ok(Attempt::Missing(o)),
@@ -575,14 +582,9 @@ impl Reader {
         } else if base + span.end <= head.len() as u64 {
             head.slice((base + span.start) as usize..(base + span.end) as usize)
         } else {
-            let path = ObjectPath::new(raw.location.clone()).map_err(|e| corrupt(e.to_string()))?;
-            let range = ByteRange::Bounded(base + span.start..base + span.end);
-            match self.inner.deps.wal.get_range(&path, range).await {
-                Ok(b) => b,
-                Err(ObjectStoreError::NotFound { .. }) => return Ok(Attempt::Missing(raw.location.clone())),
-                Err(source) => {
-                    return Err(ReadError::Object { log_id, object: raw.location.clone(), source });
-                }
+            match self.gathered_span(log_id, &raw.location, &batch, index, head.len() as u64, &span).await? {
+                Some(b) => b,
+                None => return Ok(Attempt::Missing(raw.location.clone())),
             }
         };
         Ok(Attempt::Done((section, part, span.start)))
