@@ -15,7 +15,8 @@ use crate::{BenchError, Knobs};
 pub enum Which {
     /// Appends through the writer vs raw PUTs and sequenced puts.
     Produce,
-    /// Cold and cached reads vs raw GETs.
+    /// Reads as clients see them (HTTP and gRPC): cold, cached, compacted and catch-up, vs
+    /// raw GETs of the same objects.
     Consume,
     /// Compaction vs a raw read-and-write copy.
     Compact,
@@ -69,6 +70,9 @@ pub struct BenchArgs {
     /// MiB of payload `consume` and `compact` write before measuring (0: as --duration/--count).
     #[arg(long, default_value_t = Knobs::default().data_mib)]
     pub data_mib: u64,
+    /// MiB of payload in the one log `consume` catches up on from its first offset.
+    #[arg(long, default_value_t = Knobs::default().catch_up_mib)]
+    pub catch_up_mib: u64,
     /// A title for the report.
     #[arg(long, default_value = "Lakestream benchmark")]
     pub title: String,
@@ -89,6 +93,7 @@ impl BenchArgs {
             count: self.count,
             concurrency: self.concurrency,
             data_mib: self.data_mib,
+            catch_up_mib: self.catch_up_mib,
         }
     }
 }

@@ -20,6 +20,7 @@
 
 pub mod baseline;
 pub mod cli;
+mod consume;
 mod events;
 pub mod fetched;
 pub mod hist;
@@ -59,6 +60,8 @@ pub struct Knobs {
     /// The data set `consume` and `compact` write before measuring, MiB of payload;
     /// 0 = write for `duration_s` or `count` like `produce`.
     pub data_mib: u64,
+    /// The log `consume` catches up on from its first offset, MiB of payload.
+    pub catch_up_mib: u64,
 }
 
 impl Default for Knobs {
@@ -73,6 +76,7 @@ impl Default for Knobs {
             count: 0,
             concurrency: 0,
             data_mib: 512,
+            catch_up_mib: 1024,
         }
     }
 }

@@ -8,9 +8,9 @@
 //!   `flush_bytes` objects at the writer's upload concurrency, raw PUTs of 4 MiB × 8 (fixed,
 //!   so that small objects cannot lower the bar), raw sequenced puts at one sequence per log.
 //!   CPU per MiB acknowledged counts this process and the S3 server's ([`S3_PID_ENV`]).
-//! - **consume**: writes a data set (not measured), then reads it all back through a fresh
-//!   reader (cold) and again through a reader whose cache holds it (cached, per CPU second).
-//!   Baseline: one raw GET of every WAL object the data set produced, one task per log.
+//! - **consume** ([`crate::consume`]): reads as clients see them, over HTTP and gRPC: cold
+//!   (bytes fetched from storage beside bytes delivered), cached (per CPU second), compacted
+//!   and a one-log catch-up, each against raw GETs of the same objects at the same concurrency.
 //! - **compact**: writes a data set, compacts every log; baseline: a raw read-and-write copy
 //!   of the same WAL objects, one after another, as the compactor goes through a log.
 //! - **events**: CloudEvents ingestion with deduplication against plain produce.
@@ -26,7 +26,6 @@ use lakestream_compactor::{Compactor, CompactorConfig, CompactorDeps, Progress};
 use lakestream_format::{Clock, LogRef, SystemClock};
 use lakestream_meta::lease::RandomTokens;
 use lakestream_objstore::ObjectMeta;
-use lakestream_reader::{Reader, ReaderConfig, ReaderDeps};
 use lakestream_server::config::{MetadataConfig, ObjectStoreConfig};
 use lakestream_server::{ServerConfig, Stack};
 use lakestream_writer::Writer;
@@ -271,7 +270,7 @@ fn describe_stores(config: &ServerConfig) -> String {
 pub async fn run(ctx: &BenchContext, scenario: Scenario) -> Result<ScenarioReport, BenchError> {
     match scenario {
         Scenario::Produce => produce(ctx).await,
-        Scenario::Consume => consume(ctx).await,
+        Scenario::Consume => crate::consume::run(ctx).await,
         Scenario::Compact => compact(ctx).await,
         Scenario::Events => crate::events::run(ctx).await,
         Scenario::Meta => crate::meta::run(ctx).await,
@@ -303,17 +302,20 @@ pub(crate) fn payload_pool(entry_bytes: usize) -> Arc<Vec<Bytes>> {
 pub(crate) struct Appended {
     pub(crate) stats: OpStats,
     /// The end offset of each log (index as in the `logs` given).
-    ends: Vec<u64>,
+    pub(crate) ends: Vec<u64>,
     /// CPU seconds the process used during the load.
     cpu_s: Option<f64>,
 }
+
+/// The payload of the warm-up entries.
+pub(crate) const WARM_UP: &[u8] = b"warm-up";
 
 /// One small append per log, so that taking the leases is not measured. All at once: one
 /// after another, each would wait for its own flush window (10,000 logs × 250 ms = 42 min).
 pub(crate) async fn warm_up(writer: &Writer, logs: &[LogRef]) -> Result<Vec<u64>, BenchError> {
     let appends = logs.iter().map(|log| async move {
         writer
-            .append(log.log_id, Bytes::from_static(b"warm-up"), 1)
+            .append(log.log_id, Bytes::from_static(WARM_UP), 1)
             .await
             .map(|ack| ack.end_offset())
             .map_err(err(format!("warm-up append to log {}", log.log_id)))
@@ -432,12 +434,12 @@ where
 }
 
 /// The paths of every WAL object.
-async fn wal_paths(ctx: &BenchContext) -> Result<HashSet<String>, BenchError> {
+pub(crate) async fn wal_paths(ctx: &BenchContext) -> Result<HashSet<String>, BenchError> {
     Ok(baseline::list(&*ctx.stack.wal, "").await?.into_iter().map(|m| m.path.to_string()).collect())
 }
 
 /// The WAL objects that are not in `before`.
-async fn new_wal_objects(
+pub(crate) async fn new_wal_objects(
     ctx: &BenchContext,
     before: &HashSet<String>,
 ) -> Result<Vec<ObjectMeta>, BenchError> {
@@ -830,191 +832,6 @@ async fn write_data_set(
     Ok((logs, appended, written))
 }
 
-/// Reads every log from 0 to its end, one task per log; counts payload bytes per read.
-async fn read_all(
-    reader: &Reader,
-    logs: &[LogRef],
-    ends: &[u64],
-    meter: &Arc<Meter>,
-) -> Result<OpStats, BenchError> {
-    let started = Instant::now();
-    let per_log = logs.iter().zip(ends).map(|(log, &end)| {
-        let meter = meter.clone();
-        async move {
-            let mut latency = Histogram::new();
-            let (mut next, mut bytes, mut reads) = (0u64, 0u64, 0u64);
-            while next < end {
-                let t = Instant::now();
-                let batch = reader
-                    .read(log, next, 8 << 20, Duration::ZERO)
-                    .await
-                    .map_err(err(format!("read of log {} at {next}", log.log_id)))?;
-                latency.record(t.elapsed());
-                if batch.entries.is_empty() || batch.next_offset <= next {
-                    return Err(BenchError::Operation {
-                        what: format!("read of log {} at {next}", log.log_id),
-                        message: format!("no progress before the end offset {end}"),
-                    });
-                }
-                let n: u64 = batch.entries.iter().map(|e| e.payload.len() as u64).sum();
-                meter.add(n);
-                bytes += n;
-                reads += 1;
-                next = batch.next_offset;
-            }
-            Ok::<_, BenchError>((latency, bytes, reads))
-        }
-    });
-    let mut out = OpStats::default();
-    for r in futures::future::join_all(per_log).await {
-        let (latency, bytes, reads) = r?;
-        out.latency.merge(&latency);
-        out.bytes += bytes;
-        out.ops += reads;
-    }
-    out.elapsed = started.elapsed();
-    Ok(out)
-}
-
-async fn consume(ctx: &BenchContext) -> Result<ScenarioReport, BenchError> {
-    let (logs, appended, written) = write_data_set(ctx, Scenario::Consume).await?;
-    let wal_bytes: u64 = written.iter().map(|m| m.size).sum();
-    let quiet = Meter::new();
-    let get_sampler = ctx.sampler(&quiet, "consume: raw GET", Goal::Ops(written.len() as u64));
-    let paths = written.iter().map(|m| m.path.clone()).collect();
-    let get = baseline::raw_gets(ctx.stack.wal.clone(), paths, logs.len(), &quiet).await;
-    get_sampler.stop().await;
-    let get = get?;
-
-    let deps = ReaderDeps {
-        meta: ctx.stack.meta.clone(),
-        wal: ctx.stack.wal.clone(),
-        compacted: ctx.stack.compacted.clone(),
-    };
-    let payload = appended.stats.bytes;
-    // Cold: a reader that has seen nothing, its fetches from storage counted.
-    let fetch_counter = Arc::new(crate::fetched::FetchCounter::new(ctx.stack.wal.clone()));
-    let cold_deps = ReaderDeps { wal: fetch_counter.clone(), ..deps.clone() };
-    let cold_reader =
-        Reader::new(ctx.config.reader.clone(), cold_deps).map_err(err("reader configuration"))?;
-    let meter = Meter::new();
-    let sampler = ctx.sampler(&meter, "consume: cold", Goal::Bytes(payload));
-    let cold = read_all(&cold_reader, &logs, &appended.ends, &meter).await;
-    let cold_sampled = sampler.stop().await;
-    let cold = cold?;
-    drop(cold_reader);
-    let (cold_gets, cold_fetched) = fetch_counter.fetched();
-
-    // Cached: a reader whose object cache holds the whole data set, warmed by one pass.
-    let cache = ctx.config.reader.object_cache_bytes.max((wal_bytes + wal_bytes / 4) as usize + (64 << 20));
-    let cached_reader =
-        Reader::new(ReaderConfig { object_cache_bytes: cache, ..ctx.config.reader.clone() }, deps)
-            .map_err(err("reader configuration"))?;
-    read_all(&cached_reader, &logs, &appended.ends, &Meter::new()).await?;
-    let meter = Meter::new();
-    let sampler = ctx.sampler(&meter, "consume: cached", ctx.goal());
-    let cpu_before = crate::sys::cpu_seconds();
-    let started = Instant::now();
-    let mut cached = OpStats::default();
-    let passes_result: Result<u64, BenchError> = async {
-        let mut passes = 0u64;
-        loop {
-            let pass = read_all(&cached_reader, &logs, &appended.ends, &meter).await?;
-            cached.latency.merge(&pass.latency);
-            cached.bytes += pass.bytes;
-            cached.ops += pass.ops;
-            passes += 1;
-            let done = match ctx.load() {
-                Load::Ops(_) => true,
-                Load::Time(d) => started.elapsed() >= d,
-            };
-            if done {
-                return Ok(passes);
-            }
-        }
-    }
-    .await;
-    cached.elapsed = started.elapsed();
-    let cpu_s = cpu_before.zip(crate::sys::cpu_seconds()).map(|(a, b)| b - a);
-    let cached_sampled = sampler.stop().await;
-    let passes = passes_result?;
-
-    // Compare like with like: the same WAL bytes over each one's time.
-    let cold_wal_mb_s = per_second(wal_bytes as f64 / 1e6, cold.elapsed);
-    let mut r = ctx.report(Scenario::Consume);
-    r.figures = vec![
-        figure("data set", mib(payload), "MiB payload"),
-        figure("WAL objects", written.len() as f64, ""),
-        figure("WAL bytes", mib(wal_bytes), "MiB"),
-        figure("cold consume (payload)", cold.mb_s(), "MB/s"),
-        figure("cold consume (WAL bytes covered)", cold_wal_mb_s, "MB/s"),
-        figure("raw GET", get.mb_s(), "MB/s"),
-        figure("cold: GETs (whole and ranged)", cold_gets as f64, ""),
-        figure("cold: fetched from storage", mib(cold_fetched), "MiB"),
-        figure("cold: delivered (payload)", mib(cold.bytes), "MiB"),
-        figure("cached consume (wall)", cached.mb_s(), "MB/s"),
-        figure("cached passes", passes as f64, ""),
-        figure("reader cache", mib(cache as u64), "MiB"),
-    ];
-    let per_core = cpu_s.filter(|c| *c > 0.0).map(|c| cached.bytes as f64 / 1e6 / c);
-    if let Some(pc) = per_core {
-        r.figures.push(figure("cached consume per CPU second", pc, "MB/s per core"));
-    }
-    r.latencies = vec![
-        Latency::of("cold read (8 MiB max)", &cold.latency),
-        Latency::of("cached read (8 MiB max)", &cached.latency),
-        Latency::of("raw GET of a WAL object", &get.latency),
-    ];
-    r.ratios =
-        vec![Ratio::new("cold consume vs raw GET (same WAL bytes)", cold_wal_mb_s, get.mb_s(), "MB/s")];
-    r.samples = cold_sampled
-        .samples
-        .iter()
-        .copied()
-        .chain(
-            cached_sampled
-                .samples
-                .iter()
-                .map(|s| crate::meter::Sample { t_s: s.t_s + cold.elapsed.as_secs_f64(), ..*s }),
-        )
-        .collect();
-    r.targets.push(Target::at_least(
-        "cold consume ≥ 0.8 × raw GET MB/s",
-        crate::report::ratio(cold_wal_mb_s, get.mb_s()).unwrap_or(0.0),
-        0.8,
-        "×",
-    ));
-    // Readers of logs that share objects (one task per log, one reader) should fetch each
-    // byte about once: single-flight loads, sections read by range, no duplicate GETs.
-    let fetched_per_delivered =
-        crate::report::ratio(cold_fetched as f64, cold.bytes as f64).unwrap_or(f64::MAX);
-    r.ratios.push(Ratio::new(
-        "cold: bytes fetched from storage vs bytes delivered",
-        mib(cold_fetched),
-        mib(cold.bytes),
-        "MiB",
-    ));
-    r.targets.push(Target::at_most(
-        "cold: fetched ÷ delivered ≤ 1.1 (logs sharing objects)",
-        fetched_per_delivered,
-        1.1,
-        "×",
-    ));
-    match per_core {
-        Some(pc) => r.targets.push(Target::at_least("cached consume ≥ 1 GB/s per core", pc, 1000.0, "MB/s")),
-        None => r.notes.push("CPU time is not available; the per-core target is not checked.".into()),
-    }
-    let peak = cold_sampled.peak_rss.max(cached_sampled.peak_rss);
-    let read_ahead = ctx.config.reader.read_ahead_bytes as u64;
-    rss_target(&mut r, peak, cache as u64 + read_ahead, " + reader cache + read-ahead budget");
-    r.notes.push(format!(
-        "Raw GETs: each WAL object of the data set once, {} concurrent (one per log, as the consume reads). \
-         The time series shows the cold pass, then the cached passes.",
-        logs.len()
-    ));
-    Ok(r)
-}
-
 async fn compact(ctx: &BenchContext) -> Result<ScenarioReport, BenchError> {
     let (logs, appended, written) = write_data_set(ctx, Scenario::Compact).await?;
     let wal_bytes: u64 = written.iter().map(|m| m.size).sum();
@@ -1242,10 +1059,39 @@ pub(crate) mod tests {
         let ctx = context(dir.path(), tiny()).await;
         let r = run(&ctx, Scenario::Consume).await.unwrap();
         // 200 entries of 1 KiB plus one 7-byte warm-up entry per log, read back whole.
-        assert_eq!(figure_of(&r, "data set"), mib(200 * 1024));
-        assert!(figure_of(&r, "cold consume (payload)") > 0.0);
+        assert_eq!(figure_of(&r, "data set (payload)"), mib(200 * 1024 + 2 * 7));
+        for figure in [
+            "cold consume, HTTP (payload delivered)",
+            "cold consume, gRPC (payload delivered)",
+            "cached consume, HTTP (wall)",
+            "catch-up, HTTP (WAL bytes covered)",
+            "compacted cold consume, HTTP (payload delivered)",
+        ] {
+            assert!(figure_of(&r, figure) > 0.0, "{figure}");
+        }
+        // Every pass delivers the whole data set.
+        let delivered = figure_of(&r, "cold HTTP: delivered to clients");
+        let passes = figure_of(&r, "cold HTTP: passes");
+        assert!(
+            (delivered - passes * mib(200 * 1024 + 2 * 7)).abs() < 1e-6,
+            "{delivered} MiB in {passes} passes"
+        );
+        assert_eq!(
+            figure_of(&r, "compacted: delivered"),
+            figure_of(&r, "compacted: passes") * mib(200 * 1024 + 2 * 7)
+        );
         assert!(r.latencies.iter().all(|l| l.summary.count > 0), "{:?}", r.latencies);
-        assert!(r.targets.iter().any(|t| t.name.starts_with("cold consume")));
+        let goals: Vec<&str> = r.targets.iter().map(|t| t.name.as_str()).collect();
+        for goal in [
+            "cold consume (HTTP, RAW)",
+            "cold consume (HTTP, compacted)",
+            "fetched ÷ delivered",
+            "catch-up",
+            "per core",
+            "peak RSS",
+        ] {
+            assert!(goals.iter().any(|g| g.contains(goal)), "no goal on {goal}: {goals:?}");
+        }
         ctx.close().await;
     }
 

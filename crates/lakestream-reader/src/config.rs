@@ -27,15 +27,19 @@ pub enum WalReadMode {
 #[derive(Debug, Clone, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct ReaderConfig {
-    /// Bytes kept in memory (LRU) by each of the two object caches: parsed WAL objects, and
-    /// compacted files. Default 256 MiB each. Cached reads avoid a GET; objects never change,
+    /// Bytes kept in memory by each of the two object caches: parsed WAL objects (or the
+    /// sections read of them), and parts of compacted files (companions, footers, decoded
+    /// row groups). Default 256 MiB each. Cached reads avoid a GET; objects never change,
     /// so the caches are never stale.
     pub object_cache_bytes: usize,
     /// How many consecutive index records one metadata scan fetches during a batched read.
     /// Default 32: fewer round trips for large reads, a little more data per scan.
     pub scan_batch: usize,
-    /// The longest a tail read sleeps between looks at the log's end when no in-process
-    /// writer signals new data. Default 50 ms: lower means fresher tails and more lookups.
+    /// The longest interval between two looks at the end of a log that reads wait on, when
+    /// no append through this process signals new data (appends made by other processes are
+    /// seen within it). One poller per log looks, however many reads wait on it, starting
+    /// 1 ms after the log last changed and doubling up to this bound: an idle tailed log
+    /// costs about `1 / tail_poll_max` metadata reads a second. Default 250 ms.
     #[serde(with = "humantime_serde")]
     pub tail_poll_max: Duration,
     /// How many times a read looks up the covering record again after its object turned out
@@ -72,7 +76,7 @@ impl Default for ReaderConfig {
         ReaderConfig {
             object_cache_bytes: 256 << 20,
             scan_batch: 32,
-            tail_poll_max: Duration::from_millis(50),
+            tail_poll_max: Duration::from_millis(250),
             missing_object_retries: 3,
             format_version: 3,
             wal_read: WalReadMode::Adaptive,

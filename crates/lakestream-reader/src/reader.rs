@@ -12,14 +12,11 @@
 //! When an object a record names is missing, the covering record is looked up again (a
 //! compaction or hard trim may have replaced it) before an error is reported.
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use lakestream_format::compacted::{self, CompactedFileReader, KNOWN_BINDINGS};
-use lakestream_format::companion::{self, Companion};
-use lakestream_format::entry_index::{self, IndexValue, ParquetRecord, RawRecord};
+use lakestream_format::entry_index::{self, IndexValue, RawRecord};
 use lakestream_format::keys::{self, IndexKey};
 use lakestream_format::legacy::{LegacyIndexValue, LegacyVersion, LegacyWalObject};
 use lakestream_format::wal::{self, WalIndex, WalObject};
@@ -29,9 +26,14 @@ use lakestream_objstore::{ByteRange, ObjectPath, ObjectStore, ObjectStoreError};
 use tokio::sync::watch;
 use tokio::time::Instant;
 
+use self::parquet::CachedFile;
 use crate::cache::{CacheStats, IndexCache, ObjectCache};
 use crate::config::{ConfigError, ReaderConfig, WalReadMode};
 use crate::error::ReadError;
+
+mod gather;
+mod parquet;
+mod tail;
 
 /// Entries read from a log, and where the next read starts.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -66,13 +68,18 @@ pub struct Reader {
 struct Inner {
     config: ReaderConfig,
     deps: ReaderDeps,
-    objects: ObjectCache,
+    /// Parts of compacted files (companions, footers, row groups) and whole legacy WAL
+    /// objects.
+    files: ObjectCache<CachedFile>,
     /// Parsed WAL objects, so that reading another record of a cached object does not parse
     /// its index region again, and the sections read with ranged GETs (keyed
     /// `{object}#{log}`), in one cache with one bound.
     wal_objects: ObjectCache<CachedWal>,
     index: IndexCache,
-    companions: Mutex<HashMap<String, Arc<Companion>>>,
+    /// Tail reads waiting, per log.
+    tails: tail::Tails,
+    /// Ranged reads of WAL objects' sections being gathered, per object.
+    batches: gather::Batches,
     appended: watch::Sender<u64>,
     /// Bytes of objects and sections being read ahead now.
     read_ahead_in_flight: std::sync::atomic::AtomicUsize,
@@ -85,6 +92,8 @@ struct Inner {
 enum CachedWal {
     Object(Arc<WalObject>),
     Section(Arc<(wal::LogSection, Bytes, u64)>),
+    /// An object's parsed index region and the first bytes read of it (ranged reads).
+    Index(Arc<(WalIndex, Bytes)>),
 }
 
 /// Why one attempt at a record failed in a way a fresh lookup can fix.
@@ -93,35 +102,36 @@ enum Attempt<T> {
     Missing(String),
 }
 
-const MAX_CACHED_COMPANIONS: usize = 1024;
-
 impl Reader {
     /// A reader over these stores.
     pub fn new(config: ReaderConfig, deps: ReaderDeps) -> Result<Reader, ConfigError> {
         config.validate()?;
         Ok(Reader {
             inner: Arc::new(Inner {
-                objects: ObjectCache::new(config.object_cache_bytes),
+                files: ObjectCache::new(config.object_cache_bytes),
                 wal_objects: ObjectCache::new(config.object_cache_bytes),
                 index: IndexCache::new(config.index_cache_ttl, config.index_cache_records),
+                tails: tail::Tails::default(),
+                batches: gather::Batches::default(),
                 config,
                 deps,
-                companions: Mutex::new(HashMap::new()),
                 appended: watch::channel(0).0,
                 read_ahead_in_flight: std::sync::atomic::AtomicUsize::new(0),
             }),
         })
     }
 
-    /// Wakes tail reads waiting in this process: call it when an in-process writer has
-    /// acknowledged entries. Readers also poll, so calling it is an optimization.
+    /// Wakes the pollers of every log a read waits on in this process, for a look at the
+    /// metadata store now: call it when an in-process writer has acknowledged entries and
+    /// their logs are not known ([`Reader::notify_appended_to`] names the log, and costs no
+    /// metadata read). Pollers also look by themselves, so calling either is an optimization.
     pub fn notify_appended(&self) {
         self.inner.appended.send_modify(|n| *n = n.wrapping_add(1));
     }
 
     /// Object-cache statistics (WAL objects and compacted files together).
     pub fn cache_stats(&self) -> CacheStats {
-        let (a, b) = (self.inner.objects.stats(), self.inner.wal_objects.stats());
+        let (a, b) = (self.inner.files.stats(), self.inner.wal_objects.stats());
         CacheStats { hits: a.hits + b.hits, misses: a.misses + b.misses, bytes: a.bytes + b.bytes }
     }
 
@@ -181,8 +191,9 @@ impl Reader {
         max_wait: Duration,
     ) -> Result<ReadBatch, ReadError> {
         let deadline = Instant::now() + max_wait;
-        let mut changed = self.inner.appended.subscribe();
-        let mut pause = Duration::from_millis(1);
+        // Seen ends of the log that turned out to hold nothing for this read yet (an index
+        // record not visible to the scan yet): wait for a later one.
+        let mut above = offset;
         loop {
             let b = self.trim_marker(log.log_id).await?; // R1
             let from = offset.max(b);
@@ -202,14 +213,12 @@ impl Reader {
                 let next_offset = entries.last().map_or(from, Entry::end_offset);
                 return Ok(ReadBatch { entries, next_offset, trim_marker: b });
             }
-            // Tail read: wait for an in-process append signal or the next poll, whichever
-            // comes first — no busy loop, and never past the deadline.
-            let sleep = pause.min(deadline.saturating_duration_since(Instant::now()));
-            tokio::select! {
-                _ = changed.changed() => {}
-                _ = tokio::time::sleep(sleep) => {}
+            // Tail read: wait until the log is seen to end beyond `from` (an in-process
+            // append, or the log's poller; see `tail`), never past the deadline.
+            match self.wait_for_append(log.log_id, above.max(from), deadline).await {
+                Some(seen) => above = seen,
+                None => return Ok(ReadBatch { entries, next_offset: from, trim_marker: b }),
             }
-            pause = (pause * 2).min(self.inner.config.tail_poll_max);
         }
     }
 
@@ -362,6 +371,10 @@ impl Reader {
                 section.check_matches_record(raw).map_err(|e| corrupt(e.to_string()))?;
                 wanted.take(section, part, *part_start).map(Attempt::Done).map_err(corrupt)
             }
+            // `load_raw` yields objects and sections only.
+            Attempt::Done(CachedWal::Index(_)) => {
+                Err(corrupt("an index where a section was expected".into()))
+            }
         }
     }
 
@@ -439,6 +452,7 @@ impl Reader {
             Some(CachedWal::Section(_)) if whole => {
                 Err(corrupt("a section was cached under the object's name".into()))
             }
+            Some(CachedWal::Index(_)) => Err(corrupt("an index was cached under an object's name".into())),
             Some(got) => Ok(Attempt::Done(got)),
             None => Ok(Attempt::Missing(raw.location.clone())),
         }
@@ -487,43 +501,73 @@ impl Reader {
         }
     }
 
-    /// Ranged reads of a WAL object: the index region (one request for indexes up to 4 KiB),
-    /// then only the payload span of L's section. Returns the section, the payload bytes read
-    /// and where they start in the payload region.
-    async fn read_section_ranged(
+    /// The index region of a WAL object, parsed, with the object's first bytes as read (one
+    /// GET of its first 4 KiB; a second one when the index is larger), cached: readers of the
+    /// object's other logs share it (single-flight), so a many-log object costs one index
+    /// read, not one per log.
+    async fn wal_index(
         &self,
         log_id: LogId,
-        record: &Record,
         raw: &RawRecord,
-    ) -> Result<Attempt<(wal::LogSection, Bytes, u64)>, ReadError> {
+    ) -> Result<Attempt<Arc<(WalIndex, Bytes)>>, ReadError> {
         const GUESS: u64 = 4096;
         let corrupt = |detail: String| ReadError::Corrupt {
             log_id,
             what: format!("WAL object {}", raw.location),
             detail,
         };
-        let store = &self.inner.deps.wal;
-        let path = &ObjectPath::new(raw.location.clone()).map_err(|e| corrupt(e.to_string()))?;
-        let get = |range: ByteRange| async move {
-            match store.get_range(path, range).await {
-                Ok(b) => Ok(Attempt::Done(b)),
-                Err(ObjectStoreError::NotFound { .. }) => Ok(Attempt::Missing(raw.location.clone())),
-                Err(source) => Err(ReadError::Object { log_id, object: raw.location.clone(), source }),
+        let load = async {
+            let store = &self.inner.deps.wal;
+            let path = &ObjectPath::new(raw.location.clone()).map_err(|e| corrupt(e.to_string()))?;
+            let get = |range: ByteRange| async move {
+                match store.get_range(path, range).await {
+                    Ok(b) => Ok(Some(b)),
+                    Err(ObjectStoreError::NotFound { .. }) => Ok(None),
+                    Err(source) => Err(ReadError::Object { log_id, object: raw.location.clone(), source }),
+                }
+            };
+            let Some(mut head) = get(ByteRange::Bounded(0..GUESS)).await? else { return Ok(None) };
+            let index_len = u64::from(wal::index_length(&head).map_err(|e| corrupt(e.to_string()))?);
+            let index_end = 4 + index_len;
+            if (head.len() as u64) < index_end {
+                let Some(whole_index) = get(ByteRange::Bounded(0..index_end)).await? else { return Ok(None) };
+                head = whole_index;
             }
+            let index = WalIndex::parse(&head).map_err(|e| corrupt(e.to_string()))?;
+            // Parsed, a section costs about 16 bytes per entry beside the bytes read.
+            let entries: usize = index.sections().iter().map(|s| s.entries.len()).sum();
+            let weight = head.len() + 16 * entries + 64 * index.sections().len();
+            Ok::<_, ReadError>(Some((CachedWal::Index(Arc::new((index, head))), weight)))
         };
-        let mut head = match get(ByteRange::Bounded(0..GUESS)).await? {
-            Attempt::Done(b) => b,
+        match self.inner.wal_objects.get_or_load(&format!("{}#index", raw.location), load).await? {
+            Some(CachedWal::Index(got)) => Ok(Attempt::Done(got)),
+            Some(_) => Err(corrupt("another kind of value was cached under its index's name".into())),
+            None => Ok(Attempt::Missing(raw.location.clone())),
+        }
+    }
+
+    /// Ranged reads of a WAL object: the index region (shared by the readers of its logs,
+    /// see [`Reader::wal_index`]), then only the payload span of L's section. Returns the
+    /// section, the payload bytes read and where they start in the payload region.
+    async fn read_section_ranged(
+        &self,
+        log_id: LogId,
+        record: &Record,
+        raw: &RawRecord,
+    ) -> Result<Attempt<(wal::LogSection, Bytes, u64)>, ReadError> {
+        let corrupt = |detail: String| ReadError::Corrupt {
+            log_id,
+            what: format!("WAL object {}", raw.location),
+            detail,
+        };
+        // Joined before the index is read: the readers of the object's other logs that come
+        // while it is being read have their sections read with this one (see `gather`).
+        let batch = self.inner.batches.join(&raw.location, log_id);
+        let got = match self.wal_index(log_id, raw).await? {
+            Attempt::Done(got) => got,
             Attempt::Missing(o) => return Ok(Attempt::Missing(o)),
         };
-        let index_len = u64::from(wal::index_length(&head).map_err(|e| corrupt(e.to_string()))?);
-        let index_end = 4 + index_len;
-        if (head.len() as u64) < index_end {
-            head = match get(ByteRange::Bounded(0..index_end)).await? {
-                Attempt::Done(b) => b,
-                Attempt::Missing(o) => return Ok(Attempt::Missing(o)),
-            };
-        }
-        let index = WalIndex::parse(&head).map_err(|e| corrupt(e.to_string()))?;
+        let (index, head) = &*got;
         if let Some(len) = raw.file_size {
             index.check_payload_region_len(len as u64).map_err(|e| corrupt(e.to_string()))?;
         }
@@ -538,9 +582,9 @@ impl Reader {
         } else if base + span.end <= head.len() as u64 {
             head.slice((base + span.start) as usize..(base + span.end) as usize)
         } else {
-            match get(ByteRange::Bounded(base + span.start..base + span.end)).await? {
-                Attempt::Done(b) => b,
-                Attempt::Missing(o) => return Ok(Attempt::Missing(o)),
+            match self.gathered_span(log_id, &raw.location, &batch, index, head.len() as u64, &span).await? {
+                Some(b) => b,
+                None => return Ok(Attempt::Missing(raw.location.clone())),
             }
         };
         Ok(Attempt::Done((section, part, span.start)))
@@ -593,103 +637,7 @@ impl Reader {
         }]))
     }
 
-    /// A PARQUET record ("Reading a PARQUET record"): the file holding `from`, its companion's
-    /// row for `from`, then rows onward (into later files of the index) within `budget`.
-    async fn read_parquet(
-        &self,
-        log: &LogRef,
-        record: &Record,
-        start: Offset,
-        from: Offset,
-        pq: &ParquetRecord,
-        budget: usize,
-    ) -> Result<Attempt<Vec<Entry>>, ReadError> {
-        let log_id = log.log_id;
-        let corrupt = |what: String, detail: String| ReadError::Corrupt { log_id, what, detail };
-        let first =
-            pq.file_index.locate(start, from).map_err(|e| corrupt(record.key.clone(), e.to_string()))?;
-        let mut entries = Vec::new();
-        let mut taken = 0usize;
-        let mut next = from;
-        for file in &pq.file_index.entries()[first.position..] {
-            let dir = format!("{}/{}", log.namespace, log.stream);
-            let data_path = format!("{dir}/{}", file.name);
-            let companion_name = compacted::companion_name(&file.name)
-                .map_err(|e| corrupt(record.key.clone(), e.to_string()))?;
-            let companion_path = format!("{dir}/{companion_name}");
-            let companion = match self.companion(log_id, &companion_path).await? {
-                Attempt::Done(c) => c,
-                Attempt::Missing(o) => return Ok(Attempt::Missing(o)),
-            };
-            let data = match self.fetch(&self.inner.deps.compacted, log_id, &data_path).await? {
-                Attempt::Done(b) => b,
-                Attempt::Missing(o) => return Ok(Attempt::Missing(o)),
-            };
-            let reader = CompactedFileReader::open(data, KNOWN_BINDINGS)
-                .map_err(|e| corrupt(format!("compacted file {data_path}"), e.to_string()))?;
-            let rows = companion.rows();
-            if reader.row_count() != rows.len() as u64 {
-                return Err(corrupt(
-                    format!("compacted file {data_path}"),
-                    format!("{} rows, but its companion describes {}", reader.row_count(), rows.len()),
-                ));
-            }
-            let Some(first_row) = companion.row_holding(next) else {
-                return Err(corrupt(
-                    format!("companion {companion_path}"),
-                    format!("no row holds offset {next} (file index says {} holds it)", file.name),
-                ));
-            };
-            // Take rows while within budget (at least one row overall).
-            let mut end_row = first_row;
-            while end_row < rows.len() && (taken == 0 || taken < budget) {
-                taken += rows[end_row].entry_size as usize;
-                end_row += 1;
-            }
-            let payloads = reader
-                .read_payloads(first_row as u64..end_row as u64)
-                .map_err(|e| corrupt(format!("compacted file {data_path}"), e.to_string()))?;
-            for (row, payload) in rows[first_row..end_row].iter().zip(payloads) {
-                entries.push(Entry {
-                    offset: row.offset,
-                    record_count: row.record_count,
-                    timestamp_ms: row.timestamp_ms, // from the row, not the record (spec MUST)
-                    payload,
-                });
-                next = row.end_offset();
-            }
-            if taken >= budget || end_row < rows.len() {
-                break;
-            }
-        }
-        Ok(Attempt::Done(entries))
-    }
-
-    async fn companion(&self, log_id: LogId, path: &str) -> Result<Attempt<Arc<Companion>>, ReadError> {
-        if let Some(c) = self.lock_companions().get(path) {
-            return Ok(Attempt::Done(c.clone()));
-        }
-        let bytes = match self.get_object(&self.inner.deps.compacted, log_id, path).await? {
-            Attempt::Done(b) => b,
-            Attempt::Missing(o) => return Ok(Attempt::Missing(o)),
-        };
-        let parsed = companion::read_companion(&bytes, companion::ReadOptions::default()).map_err(|e| {
-            ReadError::Corrupt { log_id, what: format!("companion {path}"), detail: e.to_string() }
-        })?;
-        let parsed = Arc::new(parsed);
-        let mut cache = self.lock_companions();
-        if cache.len() >= MAX_CACHED_COMPANIONS {
-            cache.clear();
-        }
-        cache.insert(path.to_string(), parsed.clone());
-        Ok(Attempt::Done(parsed))
-    }
-
-    fn lock_companions(&self) -> std::sync::MutexGuard<'_, HashMap<String, Arc<Companion>>> {
-        self.inner.companions.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    /// An immutable object, from the cache or the store.
+    /// An immutable object, whole, from the file cache or the store.
     async fn fetch(
         &self,
         store: &Arc<dyn ObjectStore>,
@@ -702,15 +650,20 @@ impl Reader {
             Ok(match self.get_object(store, log_id, name).await? {
                 Attempt::Done(b) => {
                     let weight = b.len();
-                    Some((b, weight))
+                    Some((CachedFile::Whole(b), weight))
                 }
                 Attempt::Missing(_) => None,
             })
         };
-        Ok(match self.inner.objects.get_or_load(&cache_key, load).await? {
-            Some(b) => Attempt::Done(b),
-            None => Attempt::Missing(name.to_string()),
-        })
+        match self.inner.files.get_or_load(&cache_key, load).await? {
+            Some(CachedFile::Whole(b)) => Ok(Attempt::Done(b)),
+            Some(_) => Err(ReadError::Corrupt {
+                log_id,
+                what: format!("object {name}"),
+                detail: "another kind of value was cached under its name".into(),
+            }),
+            None => Ok(Attempt::Missing(name.to_string())),
+        }
     }
 
     async fn get_object(

@@ -138,6 +138,15 @@ async fn eight_readers_of_logs_sharing_an_object_cause_one_get_in_whole_mode() {
     assert_eq!(gets, 1, "eight concurrent reads of logs sharing one object made {gets} GETs");
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn eight_readers_of_logs_sharing_an_object_make_two_gets_in_adaptive_mode() {
+    // Each log is an eighth of the object: the default (adaptive) mode reads each log's span
+    // by range, after one read of the object's index region that all eight share; the spans
+    // asked for while the index was read are read together, in one GET.
+    let gets = concurrent_reads(ReaderConfig::default(), 8, 16 << 10).await;
+    assert_eq!(gets, 2, "eight concurrent ranged reads of logs sharing one object made {gets} GETs");
+}
+
 /// A read of a log's first object starts fetching its next objects (within the read-ahead
 /// budget), so the reads that follow find them cached; with read-ahead off, each read
 /// fetches its own object.

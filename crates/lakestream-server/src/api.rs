@@ -763,10 +763,14 @@ impl Api {
                 let conditions =
                     AppendOptions { expect_next_offset: options.expect_next_offset, before_publish: None };
                 let count = entries.len();
+                let (reader, log_id) = (self.stack.reader.clone(), log.log_id);
                 return Ok(match w.enqueue_many_with(log.log_id, entries, conditions).await {
-                    Ok(pending) => {
-                        async move { outcomes_of(&metrics, pending.acks().await, lens, started) }.boxed()
+                    Ok(pending) => async move {
+                        let acks = pending.acks().await;
+                        notify_readers(reader.as_ref(), log_id, &acks);
+                        outcomes_of(&metrics, acks, lens, started)
                     }
+                    .boxed(),
                     Err(e) => {
                         let results = (0..count).map(|_| Err(e.clone())).collect();
                         futures::future::ready(outcomes_of(&metrics, results, lens, started)).boxed()
@@ -787,7 +791,10 @@ impl Api {
                         self.metrics.producer_duplicates.fetch_add(1, Ordering::Relaxed);
                         return Ok(futures::future::ready(Ok(acks.into_iter().map(Ok).collect())).boxed());
                     }
-                    Ok(Ok(Err(results))) => results,
+                    Ok(Ok(Err(results))) => {
+                        notify_readers(self.stack.reader.as_ref(), log.log_id, &results);
+                        results
+                    }
                     Ok(Err(e)) => return Err(e),
                     Err(e) => return Err(ApiError::new(ErrorKind::Internal, format!("produce task: {e}"))),
                 }
@@ -1061,6 +1068,19 @@ impl Api {
 
 /// Records the append metrics of a request's results and turns them into its answer: every
 /// entry's outcome, or the first error when every entry failed.
+/// Wakes this process's tail reads of `log_id` after appends to it were acknowledged: they
+/// read at once instead of at their poller's next look.
+pub(crate) fn notify_readers(
+    reader: Option<&lakestream_reader::Reader>,
+    log_id: lakestream_format::LogId,
+    results: &[Result<AppendAck, AppendError>],
+) {
+    let end = results.iter().filter_map(|r| r.as_ref().ok()).map(AppendAck::end_offset).max();
+    if let (Some(reader), Some(end)) = (reader, end) {
+        reader.notify_appended_to(log_id, end);
+    }
+}
+
 fn outcomes_of(
     m: &Metrics,
     results: Vec<Result<AppendAck, AppendError>>,

@@ -261,9 +261,12 @@ pub async fn ingest(
     let acks = futures::future::join_all(appends).await;
     let mut placements: HashMap<Key, Placement> = HashMap::new();
     let mut first_error = None;
-    for ((p, _, indexes, _), ack) in payloads.iter().zip(acks) {
+    for ((p, log, indexes, _), ack) in payloads.iter().zip(acks) {
         match ack {
             Ok(ack) => {
+                if let Some(reader) = &stack.reader {
+                    reader.notify_appended_to(*log, ack.end_offset());
+                }
                 for (record, &i) in indexes.iter().enumerate() {
                     placements
                         .insert(keys[i], Placement { partition: *p, offset: ack.offset + record as u64 });

@@ -610,21 +610,77 @@ pub const RAW_ENTRIES: &str = "application/vnd.lakestream.entries";
 /// next offset and the trim marker are in the `lakestream-next-offset` and
 /// `lakestream-trim-marker` headers.
 fn raw_entries(batch: &lakestream_reader::ReadBatch) -> Response {
-    let size: usize = batch.entries.iter().map(|e| 24 + e.payload.len()).sum();
-    let mut body = Vec::with_capacity(size);
-    for e in &batch.entries {
-        body.extend_from_slice(&e.offset.to_be_bytes());
-        body.extend_from_slice(&e.record_count.to_be_bytes());
-        body.extend_from_slice(&e.timestamp_ms.to_be_bytes());
-        body.extend_from_slice(&u32::try_from(e.payload.len()).unwrap_or(u32::MAX).to_be_bytes());
-        body.extend_from_slice(&e.payload);
-    }
-    let mut response = (StatusCode::OK, body).into_response();
+    let body = Chunks::of_entries(&batch.entries);
+    let mut response = (StatusCode::OK, axum::body::Body::new(body)).into_response();
     let headers = response.headers_mut();
     headers.insert(header::CONTENT_TYPE, HeaderValue::from_static(RAW_ENTRIES));
     headers.insert("lakestream-next-offset", HeaderValue::from(batch.next_offset));
     headers.insert("lakestream-trim-marker", HeaderValue::from(batch.trim_marker));
     response
+}
+
+/// A body of byte chunks of known total length, sent as they are: a fetch's large payloads
+/// go out as the reader's own slices (vectored writes), not copied into one buffer first.
+#[derive(Debug)]
+struct Chunks {
+    chunks: std::collections::VecDeque<Bytes>,
+    left: u64,
+}
+
+impl Chunks {
+    /// Payloads at least this large are sent as chunks of their own; smaller ones are copied
+    /// next to their frame headers (a chunk per tiny payload would cost more than the copy).
+    const OWN_CHUNK: usize = 16 << 10;
+
+    /// The raw frames of `entries` (see [`raw_entries`]).
+    fn of_entries(entries: &[lakestream_format::Entry]) -> Chunks {
+        let mut chunks = std::collections::VecDeque::new();
+        let mut pending = bytes::BytesMut::new();
+        let mut left = 0u64;
+        for e in entries {
+            pending.extend_from_slice(&e.offset.to_be_bytes());
+            pending.extend_from_slice(&e.record_count.to_be_bytes());
+            pending.extend_from_slice(&e.timestamp_ms.to_be_bytes());
+            pending.extend_from_slice(&u32::try_from(e.payload.len()).unwrap_or(u32::MAX).to_be_bytes());
+            if e.payload.len() < Self::OWN_CHUNK {
+                pending.extend_from_slice(&e.payload);
+                continue;
+            }
+            let frames = pending.split().freeze();
+            left += (frames.len() + e.payload.len()) as u64;
+            chunks.push_back(frames);
+            chunks.push_back(e.payload.clone());
+        }
+        if !pending.is_empty() {
+            left += pending.len() as u64;
+            chunks.push_back(pending.freeze());
+        }
+        Chunks { chunks, left }
+    }
+}
+
+impl http_body::Body for Chunks {
+    type Data = Bytes;
+    type Error = std::convert::Infallible;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        _: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<http_body::Frame<Bytes>, Self::Error>>> {
+        let next = self.chunks.pop_front();
+        if let Some(chunk) = &next {
+            self.left -= chunk.len() as u64;
+        }
+        std::task::Poll::Ready(next.map(|chunk| Ok(http_body::Frame::data(chunk))))
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.chunks.is_empty()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        http_body::SizeHint::with_exact(self.left)
+    }
 }
 
 /// A read session as Server-Sent Events: one `entry` event per entry, pushed as entries are
@@ -771,4 +827,40 @@ async fn trim(
     let target = PartitionRef { namespace: &ns, stream: &stream, partition: partition(&p)? };
     let outcome = s.api.trim(target, body.through).await?;
     Ok(ok(StatusCode::OK, serde_json::json!({ "trim_marker": outcome.marker, "advanced": outcome.advanced })))
+}
+
+#[cfg(test)]
+mod tests {
+    use http_body_util::BodyExt as _;
+
+    use super::*;
+
+    /// Raw frames sent as chunks read back as the frames, whatever the payload sizes.
+    #[tokio::test]
+    async fn raw_frames_in_chunks_are_the_frames() {
+        let sizes = [0usize, 5, Chunks::OWN_CHUNK - 1, Chunks::OWN_CHUNK, 100_000, 3];
+        let entries: Vec<lakestream_format::Entry> = sizes
+            .iter()
+            .enumerate()
+            .map(|(i, &n)| lakestream_format::Entry {
+                offset: 10 * i as u64,
+                record_count: 2,
+                timestamp_ms: -(i as i64),
+                payload: Bytes::from(vec![i as u8; n]),
+            })
+            .collect();
+        let mut expected = Vec::new();
+        for e in &entries {
+            expected.extend_from_slice(&e.offset.to_be_bytes());
+            expected.extend_from_slice(&e.record_count.to_be_bytes());
+            expected.extend_from_slice(&e.timestamp_ms.to_be_bytes());
+            expected.extend_from_slice(&(e.payload.len() as u32).to_be_bytes());
+            expected.extend_from_slice(&e.payload);
+        }
+        let body = Chunks::of_entries(&entries);
+        assert_eq!(http_body::Body::size_hint(&body).exact(), Some(expected.len() as u64));
+        assert_eq!(body.chunks.len(), 5, "small payloads beside their headers, large ones alone");
+        assert_eq!(body.collect().await.unwrap().to_bytes(), Bytes::from(expected));
+        assert_eq!(http_body::Body::size_hint(&Chunks::of_entries(&[])).exact(), Some(0));
+    }
 }
