@@ -27,15 +27,16 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, watch};
 use tracing::{debug, info, warn};
 
-use crate::Settings;
 use crate::appends::PartitionQueues;
 use crate::handlers::{self, Handler};
+use crate::{Settings, Shared};
 
 /// Accepts connections until `shutdown` resolves, then waits for them to finish.
 pub(crate) async fn serve(
     listener: TcpListener,
     api: Api,
     settings: Arc<Settings>,
+    shared: Arc<Shared>,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) {
     let (stop, stopped) = watch::channel(false);
@@ -51,7 +52,7 @@ pub(crate) async fn serve(
             accepted = listener.accept() => match accepted {
                 Ok((socket, peer)) => {
                     let _ = socket.set_nodelay(true);
-                    let handler = Handler::new(api.clone(), settings.clone(), peer);
+                    let handler = Handler::new(api.clone(), settings.clone(), shared.clone(), peer);
                     connections.spawn(connection(socket, peer, handler, stopped.clone()));
                 }
                 Err(e) => {
@@ -209,7 +210,7 @@ async fn connection(socket: TcpStream, peer: SocketAddr, handler: Handler, stopp
 }
 
 /// The served version range of each API, in ApiVersions order.
-pub(crate) const SERVED: [(ApiKey, i16, i16); 9] = [
+pub(crate) const SERVED: [(ApiKey, i16, i16); 10] = [
     (ApiKey::Produce, 3, 12),
     (ApiKey::Fetch, 4, 12),
     (ApiKey::ListOffsets, 1, 10),
@@ -221,15 +222,11 @@ pub(crate) const SERVED: [(ApiKey, i16, i16); 9] = [
     // Listed (librdkafka enables LZ4 only for brokers that list it), but answered with
     // COORDINATOR_NOT_AVAILABLE until consumer groups are served.
     (ApiKey::FindCoordinator, 0, 6),
+    (ApiKey::InitProducerId, 0, 5),
 ];
 
-/// APIs not listed by ApiVersions that are still answered (with an error code) rather than
-/// closing the connection, for clients that send them without asking: the entry point of
-/// idempotent and transactional producers.
-const REFUSED: [(ApiKey, i16, i16); 1] = [(ApiKey::InitProducerId, 0, 5)];
-
 fn served_range(key: ApiKey) -> Option<(i16, i16)> {
-    SERVED.iter().chain(REFUSED.iter()).find(|(k, _, _)| *k == key).map(|&(_, lo, hi)| (lo, hi))
+    SERVED.iter().find(|(k, _, _)| *k == key).map(|&(_, lo, hi)| (lo, hi))
 }
 
 /// Decodes one request frame and starts its processing, or says why the connection must

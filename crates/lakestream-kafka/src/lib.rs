@@ -12,7 +12,8 @@
 //!   same time — checked and counted by the binding; Fetch returns whole entries with their
 //!   batches' base offsets rewritten, whether they are still in the WAL or compacted.
 //! * Served: ApiVersions, Metadata, Produce, Fetch, ListOffsets, CreateTopics, DeleteTopics,
-//!   CreatePartitions. Idempotent and transactional producers and consumer groups are not
+//!   CreatePartitions, and InitProducerId with idempotent produce (`crate::idempotence`, on
+//!   the service layer's idempotent producers). Transactions and consumer groups are not
 //!   served yet. `docs/kafka.md` lists versions, refusals and the client settings needed.
 //!
 //! ```no_run
@@ -39,6 +40,7 @@ mod appends;
 mod conn;
 mod errors;
 mod handlers;
+mod idempotence;
 mod topics;
 
 use std::future::Future;
@@ -64,6 +66,24 @@ pub(crate) struct Settings {
     pub max_fetch_wait: Duration,
     /// Where topic IDs come from.
     pub tokens: Arc<dyn TokenSource>,
+}
+
+/// What every connection of one front end shares besides its settings.
+#[derive(Debug)]
+pub(crate) struct Shared {
+    /// Producer ids for InitProducerId.
+    pub producer_ids: idempotence::ProducerIds,
+    /// The highest epoch seen per producer id.
+    pub epochs: idempotence::Epochs,
+}
+
+impl Shared {
+    fn new(api: &Api) -> Self {
+        Shared {
+            producer_ids: idempotence::ProducerIds::new(api.stack().meta.clone()),
+            epochs: idempotence::Epochs::default(),
+        }
+    }
 }
 
 /// A bound Kafka listener, ready to serve.
@@ -136,7 +156,8 @@ impl KafkaFrontEnd {
     /// Serves Kafka clients over `api` until `shutdown` resolves; then stops accepting, lets
     /// each connection finish the request it is serving, and closes them.
     pub async fn serve(self, api: Api, shutdown: impl Future<Output = ()> + Send + 'static) {
-        conn::serve(self.listener, api, Arc::new(self.settings), shutdown).await;
+        let shared = Arc::new(Shared::new(&api));
+        conn::serve(self.listener, api, Arc::new(self.settings), shared, shutdown).await;
     }
 
     /// This front end as one of [`lakestream_server::serve_all_with`]'s.

@@ -204,6 +204,67 @@ pub fn batch_with(values: &[&str], compression: Compression) -> Bytes {
     out.freeze()
 }
 
+/// One record batch of `values` from an idempotent producer: producer id `pid`, `epoch`, and
+/// base sequence `sequence`.
+pub fn idempotent_batch(values: &[&str], pid: i64, epoch: i16, sequence: i32) -> Bytes {
+    let records: Vec<Record> = values
+        .iter()
+        .enumerate()
+        .map(|(i, v)| Record {
+            transactional: false,
+            control: false,
+            delete_horizon: false,
+            partition_leader_epoch: 0,
+            producer_id: pid,
+            producer_epoch: epoch,
+            timestamp_type: TimestampType::Creation,
+            offset: i as i64,
+            sequence: sequence + i as i32,
+            timestamp: 1_700_000_000_000,
+            key: None,
+            value: Some(Bytes::copy_from_slice(v.as_bytes())),
+            headers: Default::default(),
+        })
+        .collect();
+    let mut out = BytesMut::new();
+    let options = RecordEncodeOptions { version: 2, compression: Compression::None };
+    RecordBatchEncoder::encode(&mut out, &records, &options).unwrap();
+    out.freeze()
+}
+
+/// A new producer id and epoch from InitProducerId.
+pub async fn init_producer_id(c: &mut Client) -> (i64, i16) {
+    let response = c
+        .call(
+            &InitProducerIdRequest::default().with_transactional_id(None).with_transaction_timeout_ms(60_000),
+            4,
+        )
+        .await;
+    assert_eq!(response.error_code, 0);
+    (response.producer_id.0, response.producer_epoch)
+}
+
+/// Every record value of partition 0 of `topic`, in offset order.
+pub async fn values(c: &mut Client, topic: &str) -> Vec<String> {
+    let (_, end) = list_offset(c, topic, -1).await;
+    let mut offset = 0;
+    let mut out = Vec::new();
+    while offset < end {
+        let data = fetch(c, topic, offset, 0).await;
+        assert_eq!(data.error_code, 0);
+        let mut records = data.records.unwrap();
+        for set in kafka_protocol::records::RecordBatchDecoder::decode_all(&mut records).unwrap() {
+            for r in set.records {
+                if r.offset >= offset {
+                    out.push(String::from_utf8(r.value.unwrap().to_vec()).unwrap());
+                    offset = r.offset + 1;
+                }
+            }
+        }
+    }
+    out
+}
+
 pub async fn create_topic(c: &mut Client, topic: &str, partitions: i32) -> i16 {
     let request = CreateTopicsRequest::default().with_topics(vec![
         create_topics_request::CreatableTopic::default()

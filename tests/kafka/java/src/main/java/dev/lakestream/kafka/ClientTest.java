@@ -24,7 +24,7 @@ import org.apache.kafka.common.serialization.ByteArraySerializer;
 
 /**
  * Apache kafka-clients 4.4.0 against a bootstrap address: Admin creates topics (and gets
- * TopicExistsException for a taken name), a producer (idempotence off) sends with every
+ * TopicExistsException for a taken name), an idempotent producer (the default) sends with every
  * compression codec, a consumer assigned the partitions reads everything back from the
  * earliest offset with keys, values, headers and timestamps intact, and offsetsForTimes finds
  * the first offset after a time between two batches. Prints "N passed, M failed".
@@ -71,7 +71,7 @@ public final class ClientTest {
     private static KafkaProducer<byte[], byte[]> producer(String bootstrap, String codec) {
         Properties p = new Properties();
         p.put("bootstrap.servers", bootstrap);
-        p.put("enable.idempotence", "false");
+        p.put("enable.idempotence", "true");
         p.put("compression.type", codec);
         p.put("linger.ms", "20");
         p.put("acks", "all");
