@@ -210,19 +210,25 @@ async fn connection(socket: TcpStream, peer: SocketAddr, handler: Handler, stopp
 }
 
 /// The served version range of each API, in ApiVersions order.
-pub(crate) const SERVED: [(ApiKey, i16, i16); 10] = [
+pub(crate) const SERVED: [(ApiKey, i16, i16); 18] = [
     (ApiKey::Produce, 3, 12),
     (ApiKey::Fetch, 4, 12),
     (ApiKey::ListOffsets, 1, 10),
     (ApiKey::Metadata, 0, 12),
+    (ApiKey::OffsetCommit, 2, 9),
+    (ApiKey::OffsetFetch, 1, 9),
+    (ApiKey::FindCoordinator, 0, 6),
+    (ApiKey::JoinGroup, 0, 9),
+    (ApiKey::Heartbeat, 0, 4),
+    (ApiKey::LeaveGroup, 0, 5),
+    (ApiKey::SyncGroup, 0, 5),
+    (ApiKey::DescribeGroups, 0, 6),
+    (ApiKey::ListGroups, 0, 5),
     (ApiKey::ApiVersions, 0, 4),
     (ApiKey::CreateTopics, 2, 7),
     (ApiKey::DeleteTopics, 1, 6),
-    (ApiKey::CreatePartitions, 0, 3),
-    // Listed (librdkafka enables LZ4 only for brokers that list it), but answered with
-    // COORDINATOR_NOT_AVAILABLE until consumer groups are served.
-    (ApiKey::FindCoordinator, 0, 6),
     (ApiKey::InitProducerId, 0, 5),
+    (ApiKey::CreatePartitions, 0, 3),
 ];
 
 fn served_range(key: ApiKey) -> Option<(i16, i16)> {
@@ -325,6 +331,21 @@ fn dispatch(
         ApiKey::FindCoordinator => {
             answer!(FindCoordinatorRequest, FindCoordinatorResponse, find_coordinator)
         }
+        ApiKey::JoinGroup => {
+            let request: JoinGroupRequest = decode(key, version, body)?;
+            let client_id = header.client_id.as_ref().map(|c| c.to_string()).unwrap_or_default();
+            Ok(Box::pin(async move {
+                let response = handler.join_group(request, version, client_id).await;
+                encode(id, JoinGroupResponse::header_version(version), &response, version).map(Some)
+            }))
+        }
+        ApiKey::SyncGroup => answer!(SyncGroupRequest, SyncGroupResponse, sync_group),
+        ApiKey::Heartbeat => answer!(HeartbeatRequest, HeartbeatResponse, heartbeat),
+        ApiKey::LeaveGroup => answer!(LeaveGroupRequest, LeaveGroupResponse, leave_group),
+        ApiKey::OffsetCommit => answer!(OffsetCommitRequest, OffsetCommitResponse, offset_commit),
+        ApiKey::OffsetFetch => answer!(OffsetFetchRequest, OffsetFetchResponse, offset_fetch),
+        ApiKey::ListGroups => answer!(ListGroupsRequest, ListGroupsResponse, list_groups),
+        ApiKey::DescribeGroups => answer!(DescribeGroupsRequest, DescribeGroupsResponse, describe_groups),
         ApiKey::Produce => {
             let mut request: ProduceRequest = decode(key, version, body)?;
             // Batches are queued now, in request order, so that appends keep it.

@@ -41,17 +41,17 @@ const CLUSTER_ID: &str = "lakestream";
 /// Serves the requests of one connection.
 #[derive(Debug, Clone)]
 pub(crate) struct Handler {
-    api: Api,
+    pub(crate) api: Api,
     pub settings: Arc<Settings>,
-    shared: Arc<Shared>,
-    peer: SocketAddr,
+    pub(crate) shared: Arc<Shared>,
+    pub(crate) peer: SocketAddr,
 }
 
-fn text(s: impl Into<String>) -> StrBytes {
+pub(crate) fn text(s: impl Into<String>) -> StrBytes {
     StrBytes::from_string(s.into())
 }
 
-fn topic_name(name: &str) -> TopicName {
+pub(crate) fn topic_name(name: &str) -> TopicName {
     TopicName(text(name))
 }
 
@@ -122,7 +122,7 @@ impl Handler {
 
     /// Auth and the client's rate limit: Kafka clients carry no bearer token, so a
     /// deployment with tokens refuses them; the rate limit counts the peer's address.
-    fn admit(&self, needed: Permission) -> ApiResult<()> {
+    pub(crate) fn admit(&self, needed: Permission) -> ApiResult<()> {
         self.api.admit(None, Some(NAMESPACE), needed, Some(self.peer.ip()))
     }
 
@@ -139,7 +139,7 @@ impl Handler {
     }
 
     /// Looks a topic up, creating it when `create` and it does not exist.
-    async fn topic(&self, name: &str, create: bool) -> ApiResult<Topic> {
+    pub(crate) async fn topic(&self, name: &str, create: bool) -> ApiResult<Topic> {
         if let Some(topic) = topics::find(&self.api, name).await? {
             return Ok(topic);
         }
@@ -192,12 +192,23 @@ impl Handler {
     }
 
     pub(crate) async fn metadata(&self, request: MetadataRequest, version: i16) -> MetadataResponse {
-        let broker = metadata_response::MetadataResponseBroker::default()
-            .with_node_id(self.node())
-            .with_host(text(self.settings.advertised_host.clone()))
-            .with_port(self.settings.advertised_port);
+        // Every registered front-end process (a group's coordinator may be another one); this
+        // one leads every partition.
+        let brokers = self
+            .shared
+            .coordinator
+            .brokers()
+            .await
+            .into_iter()
+            .map(|(node_id, host, port)| {
+                metadata_response::MetadataResponseBroker::default()
+                    .with_node_id(BrokerId(node_id))
+                    .with_host(text(host))
+                    .with_port(port)
+            })
+            .collect();
         let response = MetadataResponse::default()
-            .with_brokers(vec![broker])
+            .with_brokers(brokers)
             .with_cluster_id(Some(text(CLUSTER_ID)))
             .with_controller_id(self.node());
         let allow_create =
@@ -921,40 +932,5 @@ impl Handler {
             }
             Err(e) => refuse(code_of(&e)),
         }
-    }
-
-    /// Consumer groups are not served yet (see `docs/kafka.md`): no coordinator is available.
-    /// The code is retriable, so a client that only assigns partitions (and has a group id)
-    /// goes on fetching; one that subscribes waits for a coordinator.
-    pub(crate) async fn find_coordinator(
-        &self,
-        request: FindCoordinatorRequest,
-        version: i16,
-    ) -> FindCoordinatorResponse {
-        const WHY: &str = "consumer groups are not served yet by this Lakestream front end";
-        const TXN: &str = "transactions are not served by Lakestream (see docs/kafka.md)";
-        let (code, why) = if request.key_type == 1 {
-            (TRANSACTIONS_REFUSED.code(), TXN)
-        } else {
-            (ResponseError::CoordinatorNotAvailable.code(), WHY)
-        };
-        if version >= 4 {
-            let coordinators = request
-                .coordinator_keys
-                .into_iter()
-                .map(|key| {
-                    find_coordinator_response::Coordinator::default()
-                        .with_key(key)
-                        .with_node_id(BrokerId(-1))
-                        .with_port(-1)
-                        .with_error_code(code)
-                        .with_error_message(Some(text(why)))
-                })
-                .collect();
-            return FindCoordinatorResponse::default().with_coordinators(coordinators);
-        }
-        let out =
-            FindCoordinatorResponse::default().with_error_code(code).with_node_id(BrokerId(-1)).with_port(-1);
-        if version >= 1 { out.with_error_message(Some(text(why))) } else { out }
     }
 }

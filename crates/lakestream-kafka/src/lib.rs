@@ -13,8 +13,12 @@
 //!   batches' base offsets rewritten, whether they are still in the WAL or compacted.
 //! * Served: ApiVersions, Metadata, Produce, Fetch, ListOffsets, CreateTopics, DeleteTopics,
 //!   CreatePartitions, and InitProducerId with idempotent produce (`crate::idempotence`, on
-//!   the service layer's idempotent producers). Transactions and consumer groups are not
-//!   served yet. `docs/kafka.md` lists versions, refusals and the client settings needed.
+//!   the service layer's idempotent producers); consumer groups of the classic protocol
+//!   (FindCoordinator, JoinGroup, SyncGroup, Heartbeat, LeaveGroup, OffsetCommit, OffsetFetch,
+//!   ListGroups, DescribeGroups: `crate::group`), each coordinated by one front-end process
+//!   chosen through the metadata store (`crate::coordinator`), committed offsets in the service
+//!   layer's group offset store. Transactions are refused. `docs/kafka.md` lists versions,
+//!   refusals and the client settings needed.
 //!
 //! ```no_run
 //! # async fn run(api: lakestream_server::api::Api) -> std::io::Result<()> {
@@ -38,7 +42,10 @@
 
 mod appends;
 mod conn;
+mod coordinator;
 mod errors;
+mod group;
+mod group_api;
 mod handlers;
 mod idempotence;
 mod topics;
@@ -64,8 +71,12 @@ pub(crate) struct Settings {
     pub default_partitions: u32,
     /// The longest fetch wait the service layer allows; longer client waits are cut to it.
     pub max_fetch_wait: Duration,
-    /// Where topic IDs come from.
+    /// Where topic IDs and member ids come from.
     pub tokens: Arc<dyn TokenSource>,
+    /// `kafka.group_initial_rebalance_delay`.
+    pub group_initial_rebalance_delay: Duration,
+    /// `kafka.coordinator_session_timeout`.
+    pub coordinator_session_timeout: Duration,
 }
 
 /// What every connection of one front end shares besides its settings.
@@ -75,13 +86,23 @@ pub(crate) struct Shared {
     pub producer_ids: idempotence::ProducerIds,
     /// The highest epoch seen per producer id.
     pub epochs: idempotence::Epochs,
+    /// The consumer groups this process coordinates.
+    pub coordinator: Arc<coordinator::Coordinator>,
 }
 
 impl Shared {
-    fn new(api: &Api) -> Self {
+    fn new(api: &Api, settings: &Settings) -> Self {
+        let meta = api.stack().meta.clone();
         Shared {
-            producer_ids: idempotence::ProducerIds::new(api.stack().meta.clone()),
+            producer_ids: idempotence::ProducerIds::new(meta.clone()),
             epochs: idempotence::Epochs::default(),
+            coordinator: coordinator::Coordinator::new(
+                meta,
+                settings.node_id,
+                (settings.advertised_host.clone(), settings.advertised_port),
+                settings.coordinator_session_timeout,
+                settings.group_initial_rebalance_delay,
+            ),
         }
     }
 }
@@ -143,6 +164,8 @@ impl KafkaFrontEnd {
                 default_partitions: config.default_partitions,
                 max_fetch_wait,
                 tokens,
+                group_initial_rebalance_delay: config.group_initial_rebalance_delay,
+                coordinator_session_timeout: config.coordinator_session_timeout,
             },
         })
     }
@@ -156,8 +179,11 @@ impl KafkaFrontEnd {
     /// Serves Kafka clients over `api` until `shutdown` resolves; then stops accepting, lets
     /// each connection finish the request it is serving, and closes them.
     pub async fn serve(self, api: Api, shutdown: impl Future<Output = ()> + Send + 'static) {
-        let shared = Arc::new(Shared::new(&api));
-        conn::serve(self.listener, api, Arc::new(self.settings), shared, shutdown).await;
+        let shared = Arc::new(Shared::new(&api, &self.settings));
+        shared.coordinator.start().await;
+        conn::serve(self.listener, api, Arc::new(self.settings), shared.clone(), shutdown).await;
+        // Hand the groups coordinated here to another process at once.
+        shared.coordinator.close().await;
     }
 
     /// This front end as one of [`lakestream_server::serve_all_with`]'s.

@@ -77,3 +77,169 @@ async fn any_front_end_serves_any_partition() {
         r.stop().await;
     }
 }
+
+const NOT_COORDINATOR: i16 = 16;
+const UNKNOWN_MEMBER_ID: i16 = 25;
+const MEMBER_ID_REQUIRED: i16 = 79;
+const REBALANCE_IN_PROGRESS: i16 = 27;
+
+fn group(g: &str) -> GroupId {
+    GroupId(kafka_protocol::protocol::StrBytes::from_string(g.to_owned()))
+}
+
+fn text(s: &str) -> kafka_protocol::protocol::StrBytes {
+    kafka_protocol::protocol::StrBytes::from_string(s.to_owned())
+}
+
+/// FindCoordinator for group `g`: the coordinator's node id and port.
+async fn coordinator_of(c: &mut Client, g: &str) -> (i32, i32) {
+    let request = FindCoordinatorRequest::default().with_key_type(0).with_coordinator_keys(vec![text(g)]);
+    let response = c.call(&request, 4).await;
+    let found = &response.coordinators[0];
+    assert_eq!(found.error_code, 0, "{:?}", found.error_message);
+    (found.node_id.0, found.port)
+}
+
+/// A JoinGroup (v5) of `member` ("" for a new one) with one "range" protocol.
+async fn join(c: &mut Client, g: &str, member: &str) -> JoinGroupResponse {
+    let request = JoinGroupRequest::default()
+        .with_group_id(group(g))
+        .with_session_timeout_ms(10_000)
+        .with_rebalance_timeout_ms(10_000)
+        .with_member_id(text(member))
+        .with_protocol_type(text("consumer"))
+        .with_protocols(vec![
+            join_group_request::JoinGroupRequestProtocol::default()
+                .with_name(text("range"))
+                .with_metadata(bytes::Bytes::from_static(b"subscription")),
+        ]);
+    c.call(&request, 5).await
+}
+
+/// Joins as a new member: MEMBER_ID_REQUIRED with an id, then joined with it.
+async fn join_new(c: &mut Client, g: &str) -> JoinGroupResponse {
+    let first = join(c, g, "").await;
+    assert_eq!(first.error_code, MEMBER_ID_REQUIRED);
+    let joined = join(c, g, &first.member_id).await;
+    assert_eq!(joined.error_code, 0);
+    joined
+}
+
+/// The SyncGroup of the leader of a group of one, assigning itself partition 0.
+async fn sync_alone(c: &mut Client, g: &str, member: &str, generation: i32) {
+    let sync = SyncGroupRequest::default()
+        .with_group_id(group(g))
+        .with_member_id(text(member))
+        .with_generation_id(generation)
+        .with_assignments(vec![
+            sync_group_request::SyncGroupRequestAssignment::default()
+                .with_member_id(text(member))
+                .with_assignment(bytes::Bytes::from_static(b"orders-0")),
+        ]);
+    let synced = c.call(&sync, 3).await;
+    assert_eq!((synced.error_code, &synced.assignment[..]), (0, &b"orders-0"[..]));
+}
+
+async fn heartbeat(c: &mut Client, g: &str, member: &str, generation: i32) -> i16 {
+    let request = HeartbeatRequest::default()
+        .with_group_id(group(g))
+        .with_member_id(text(member))
+        .with_generation_id(generation);
+    c.call(&request, 4).await.error_code
+}
+
+async fn commit(c: &mut Client, g: &str, member: &str, generation: i32, topic: &str, offset: i64) -> i16 {
+    let request = OffsetCommitRequest::default()
+        .with_group_id(group(g))
+        .with_member_id(text(member))
+        .with_generation_id_or_member_epoch(generation)
+        .with_topics(vec![
+            offset_commit_request::OffsetCommitRequestTopic::default()
+                .with_name(name(topic))
+                .with_partitions(vec![
+                    offset_commit_request::OffsetCommitRequestPartition::default()
+                        .with_partition_index(0)
+                        .with_committed_offset(offset),
+                ]),
+        ]);
+    c.call(&request, 8).await.topics[0].partitions[0].error_code
+}
+
+/// OffsetFetch (v8) of partition 0: the group's error and the committed offset.
+async fn committed(c: &mut Client, g: &str, topic: &str) -> (i16, i64) {
+    let request = OffsetFetchRequest::default().with_groups(vec![
+        offset_fetch_request::OffsetFetchRequestGroup::default().with_group_id(group(g)).with_topics(Some(
+            vec![
+                offset_fetch_request::OffsetFetchRequestTopics::default()
+                    .with_name(name(topic))
+                    .with_partition_indexes(vec![0]),
+            ],
+        )),
+    ]);
+    let response = c.call(&request, 8).await;
+    let g = &response.groups[0];
+    (g.error_code, g.topics.first().map_or(-1, |t| t.partitions[0].committed_offset))
+}
+
+/// A consumer group is coordinated by one front end, chosen through the metadata store (each
+/// front end's first rebalance of a group waits the default initial delay, 3 s): the
+/// other sends clients to it and refuses group requests with NOT_COORDINATOR; when the
+/// coordinator stops, the other takes the group over, continues its generations, and still
+/// has its committed offsets; the old members join again.
+#[tokio::test]
+async fn a_group_is_coordinated_by_one_front_end_and_moves_when_it_stops() {
+    let oxia = lakestream_meta_oxia::testkit::StandaloneOxia::start(2, &[]).await;
+    let address = oxia.address();
+    let run = run_id("kafka-coordinators");
+    let mut running = Vec::new();
+    for node_id in [1, 2] {
+        let dir = tempfile::tempdir().unwrap();
+        let mut config = stack_config(dir.path(), &run);
+        config.apply_env(|var| (var == "LAKESTREAM_OXIA_ADDRESSES").then(|| address.clone())).unwrap();
+        running.push(start_with(&config, node_id, dir).await);
+    }
+    let b_server = running.pop().unwrap();
+    let a_server = running.pop().unwrap();
+    let (a_port, b_port) = (i32::from(a_server.addr.port()), i32::from(b_server.addr.port()));
+    let mut a = Client::connect(&a_server).await;
+    let mut b = Client::connect(&b_server).await;
+    assert_eq!(create_topic(&mut a, "orders", 1).await, 0);
+    for value in ["x", "y", "z"] {
+        assert_eq!(produce(&mut a, "orders", 0, batch(&[value])).await.0, 0);
+    }
+
+    // Metadata from either lists both front ends.
+    let metadata = b.call(&MetadataRequest::default().with_topics(Some(vec![])), 12).await;
+    let mut nodes: Vec<i32> = metadata.brokers.iter().map(|b| b.node_id.0).collect();
+    nodes.sort();
+    assert_eq!(nodes, [1, 2]);
+
+    // A is asked first and claims the group; B sends clients to A.
+    assert_eq!(coordinator_of(&mut a, "billing").await, (1, a_port));
+    assert_eq!(coordinator_of(&mut b, "billing").await, (1, a_port));
+    assert_eq!(join(&mut b, "billing", "").await.error_code, NOT_COORDINATOR);
+    assert_eq!(committed(&mut b, "billing", "orders").await.0, NOT_COORDINATOR);
+
+    let joined = join_new(&mut a, "billing").await;
+    let (member, generation) = (joined.member_id.to_string(), joined.generation_id);
+    assert_eq!((generation, joined.leader.as_str()), (1, member.as_str()));
+    // Before the leader's SyncGroup the rebalance is not complete: no commits.
+    assert_eq!(commit(&mut a, "billing", &member, generation, "orders", 1).await, REBALANCE_IN_PROGRESS);
+    sync_alone(&mut a, "billing", &member, generation).await;
+    assert_eq!(heartbeat(&mut a, "billing", &member, generation).await, 0);
+    assert_eq!(commit(&mut a, "billing", &member, generation, "orders", 2).await, 0);
+    assert_eq!(committed(&mut a, "billing", "orders").await, (0, 2));
+
+    // A stops: B takes the group over.
+    a_server.stop().await;
+    assert_eq!(coordinator_of(&mut b, "billing").await, (2, b_port));
+    assert_eq!(heartbeat(&mut b, "billing", &member, generation).await, UNKNOWN_MEMBER_ID);
+    assert_eq!(committed(&mut b, "billing", "orders").await, (0, 2), "the committed offset is in the store");
+    let rejoined = join_new(&mut b, "billing").await;
+    assert_eq!(rejoined.generation_id, 2, "the generations continue");
+    let member = rejoined.member_id.to_string();
+    sync_alone(&mut b, "billing", &member, 2).await;
+    assert_eq!(commit(&mut b, "billing", &member, 2, "orders", 3).await, 0);
+    assert_eq!(committed(&mut b, "billing", "orders").await, (0, 3));
+    b_server.stop().await;
+}

@@ -40,7 +40,7 @@ use lakestream_reader::{ReadBatch, ReadError, Reader};
 use lakestream_writer::{AppendAck, AppendError, AppendOptions, TrimError, TrimOutcome, Writer};
 
 use crate::auth::{Denied, Permission};
-use crate::groups::{CommittedOffset, GroupStore, OffsetCommit, PartitionLag};
+use crate::groups::{CommittedOffset, GroupStore, OffsetCommit, PartitionLag, SameGeneration};
 use crate::metrics::Metrics;
 use crate::producers::{self, Decision, ProducerSequence, RequestState, StateRecord};
 use crate::stack::Stack;
@@ -1013,6 +1013,18 @@ impl Api {
         target: PartitionRef<'_>,
         commit: OffsetCommit,
     ) -> ApiResult<CommittedOffset> {
+        self.commit_offset_with(group, target, commit, SameGeneration::Forward).await
+    }
+
+    /// [`Api::commit_offset`], with `same` deciding whether a commit of the stored generation
+    /// may move the offset back (the Kafka front end's coordinator lets it, as Kafka does).
+    pub async fn commit_offset_with(
+        &self,
+        group: &str,
+        target: PartitionRef<'_>,
+        commit: OffsetCommit,
+        same: SameGeneration,
+    ) -> ApiResult<CommittedOffset> {
         crate::groups::check_group_id(group)?;
         let log = self.log_of(target).await?;
         let next = self.reader()?.next_offset(log.log_id).await?;
@@ -1023,7 +1035,7 @@ impl Api {
             )));
         }
         let committed = GroupStore::new(self.stack.meta.as_ref())
-            .commit(target.namespace, group, target.stream, target.partition, log.log_id, &commit)
+            .commit_with(target.namespace, group, target.stream, target.partition, log.log_id, &commit, same)
             .await?;
         self.metrics.group_lag.record(
             target.namespace,
@@ -1062,6 +1074,16 @@ impl Api {
             partitions.push(PartitionLag { partition, committed, next_offset, lag });
         }
         Ok(partitions)
+    }
+
+    /// Every offset a group has committed in a namespace (none for a group that has committed
+    /// nothing), whatever the streams: those of dropped streams too.
+    pub async fn group_committed_offsets(
+        &self,
+        namespace: &str,
+        group: &str,
+    ) -> ApiResult<Vec<CommittedOffset>> {
+        GroupStore::new(self.stack.meta.as_ref()).offsets(namespace, group).await
     }
 
     /// The groups of a namespace after `after`, at most `limit` (default [`DEFAULT_PAGE`]).
