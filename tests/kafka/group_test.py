@@ -1,11 +1,13 @@
 """Consumer groups with a real client (confluent-kafka, librdkafka) against Kafka bootstrap
 addresses, run unchanged against Lakestream and against Apache Kafka:
 
-    python group_test.py BOOTSTRAP[,BOOTSTRAP2,...]
+    python group_test.py BOOTSTRAP[,BOOTSTRAP2,...] [PID1,PID2,...]
 
 With several addresses (Lakestream front-end processes over one deployment), consumer i
 connects to address i modulo their number, so the group's members reach the group's
-coordinator through different processes.
+coordinator through different processes. With the processes' PIDs too (in the order of the
+addresses; their node ids 1, 2, ...), the coordinating process is stopped (SIGTERM) while a
+group consumes, and the group goes on through the other one.
 
 Checks:
 - three consumers subscribe to a topic of six partitions as one group and share them (every
@@ -18,9 +20,14 @@ Checks:
 - ListGroups lists the group, DescribeGroups shows its two members (Stable), then Empty once
   they have left;
 - OffsetCommit / OffsetFetch round-trip for a consumer that assigns its partitions itself
-  (generation -1), including moving an offset back.
+  (generation -1), including moving an offset back;
+- given PIDs: two consumers, one through each process; the group's coordinator process stops
+  while they consume; the other process takes the group over (DescribeGroups names it), both
+  consumers go on, and every message is still consumed exactly once.
 """
 
+import os
+import signal
 import sys
 import threading
 import time
@@ -128,6 +135,38 @@ def describe(admin, group):
     return admin.describe_consumer_groups([group])[group].result(timeout=30)
 
 
+def failover(addresses, pids, run):
+    topic, group = f"failover-{run}", f"f-{run}"
+    admin = AdminClient({"bootstrap.servers": addresses[0]})
+    admin.create_topics([NewTopic(topic, num_partitions=PARTITIONS, replication_factor=1)])[topic].result(timeout=30)
+    produce(addresses[0], topic, 0, FIRST)
+    consumed, lock = [], threading.Lock()
+    members = [Member(f"f{i}", addresses[i], group, topic, consumed, lock) for i in range(2)]
+    for m in members:
+        m.start()
+    wait_for("two members share the partitions", lambda: all(m.assigned for m in members))
+    wait_for("a third of the messages consumed", lambda: len(consumed) >= FIRST // 3)
+    coordinator = describe(admin, group).coordinator.id
+    stopped = coordinator - 1
+    survivor = addresses[1 - stopped]
+    check(True, f"the coordinator is node {coordinator}: stopping it (pid {pids[stopped]})")
+    os.kill(pids[stopped], signal.SIGTERM)
+    wait_for("the coordinator's process exits", lambda: not os.path.exists(f"/proc/{pids[stopped]}"), timeout=60)
+    produce(survivor, topic, FIRST, SECOND)
+    wait_for("every message consumed after the coordinator stopped", lambda: len(consumed) >= FIRST + SECOND, timeout=180)
+    time.sleep(2)
+    d = describe(AdminClient({"bootstrap.servers": survivor}), group)
+    check(d.coordinator.id == 2 - stopped, f"the other process coordinates the group now (node {d.coordinator.id})")
+    check(d.state == ConsumerGroupState.STABLE and len(d.members) == 2, f"both members still in the group ({d.state}, {len(d.members)})")
+    for m in members:
+        m.leave()
+    with lock:
+        seen = [(p, o) for _, p, o, _ in consumed]
+        values = sorted(int(v[1:]) for _, _, _, v in consumed)
+    check(len(seen) == len(set(seen)), f"failover: no message consumed twice ({len(seen) - len(set(seen))} twice)")
+    check(values == list(range(FIRST + SECOND)), f"failover: every message consumed ({len(set(values))} of {FIRST + SECOND})")
+
+
 def main():
     addresses = sys.argv[1].split(",")
     bootstrap = addresses[0]
@@ -204,6 +243,9 @@ def main():
     got = solo.committed([TopicPartition(topic, 0)], timeout=30)
     check(got[0].offset == 3, f"an offset moved back: {got[0].offset}")
     solo.close()
+
+    if len(sys.argv) > 2:
+        failover(addresses, [int(p) for p in sys.argv[2].split(",")], run)
 
     if failures:
         print(f"group test: {len(failures)} failed")
