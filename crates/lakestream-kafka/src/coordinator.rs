@@ -219,14 +219,24 @@ impl Coordinator {
         self.groups.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    /// The group, if this process coordinates it now.
+    /// The group, if this process coordinates it now (and has it loaded); forgets it if it
+    /// was given up or unloaded.
     pub fn local(&self, group: &str) -> Option<Arc<Group>> {
-        self.groups().get(group).filter(|g| !g.is_dead()).cloned()
+        let mut groups = self.groups();
+        match groups.get(group) {
+            Some(g) if g.is_dead() => {
+                groups.remove(group);
+                None
+            }
+            found => found.cloned(),
+        }
     }
 
     /// Every group this process coordinates.
     pub fn local_groups(&self) -> Vec<Arc<Group>> {
-        self.groups().values().filter(|g| !g.is_dead()).cloned().collect()
+        let mut groups = self.groups();
+        groups.retain(|_, g| !g.is_dead());
+        groups.values().cloned().collect()
     }
 
     /// This process's live session, opening one (and watching it end) if there is none.

@@ -49,6 +49,10 @@ use crate::idempotence::KAFKA_PARTITION;
 /// How often a group checks its timeouts.
 const TICK: Duration = Duration::from_millis(100);
 
+/// How long a group without members stays loaded after its last request. Unloaded, it is
+/// loaded again from its record by its next request (this process still holds the claim).
+const IDLE_UNLOAD: Duration = Duration::from_secs(300);
+
 /// The key of a group's record.
 pub(crate) fn record_key(group: &str) -> String {
     format!("{GROUP_RECORD_PREFIX}{group}")
@@ -221,6 +225,8 @@ struct State {
     /// PreparingRebalance: when the rebalance started.
     rebalance_started: Instant,
     next_order: u64,
+    /// The last request about the group.
+    last_request: Instant,
 }
 
 /// A group coordinated by this process.
@@ -268,6 +274,7 @@ impl Group {
                 not_before: now,
                 rebalance_started: now,
                 next_order: 0,
+                last_request: now,
             }),
         });
         let weak = Arc::downgrade(&group);
@@ -314,6 +321,7 @@ impl Group {
         let receiver = {
             let mut st = self.state.lock().await;
             let now = Instant::now();
+            st.last_request = now;
             if st.phase == Phase::Dead {
                 return Joined::error(ResponseError::NotCoordinator, &join.member_id);
             }
@@ -610,6 +618,7 @@ impl Group {
     ) -> Synced {
         let receiver = {
             let mut st = self.state.lock().await;
+            st.last_request = Instant::now();
             if let Err(e) = Self::check_member(&st, member_id, instance_id, generation) {
                 return Synced::error(e);
             }
@@ -676,6 +685,7 @@ impl Group {
         generation: i32,
     ) -> Result<(), ResponseError> {
         let mut st = self.state.lock().await;
+        st.last_request = Instant::now();
         let checked = Self::check_member(&st, member_id, instance_id, generation);
         if let Some(m) = st.members.get_mut(member_id)
             && !matches!(checked, Err(ResponseError::UnknownMemberId | ResponseError::FencedInstanceId))
@@ -692,6 +702,7 @@ impl Group {
     /// A LeaveGroup of one member (by member id, or by instance id when the id is empty).
     pub async fn leave(&self, member_id: &str, instance_id: Option<&str>) -> Result<(), ResponseError> {
         let mut st = self.state.lock().await;
+        st.last_request = Instant::now();
         if st.phase == Phase::Dead {
             return Err(ResponseError::NotCoordinator);
         }
@@ -741,6 +752,7 @@ impl Group {
         generation: i32,
     ) -> Result<i32, ResponseError> {
         let mut st = self.state.lock().await;
+        st.last_request = Instant::now();
         if st.phase == Phase::Dead {
             return Err(ResponseError::NotCoordinator);
         }
@@ -763,7 +775,8 @@ impl Group {
 
     /// The group as DescribeGroups shows it.
     pub async fn view(&self) -> GroupView {
-        let st = self.state.lock().await;
+        let mut st = self.state.lock().await;
+        st.last_request = Instant::now();
         let protocol = st.protocol.clone().unwrap_or_default();
         let show_members =
             matches!(st.phase, Phase::Stable | Phase::CompletingRebalance | Phase::PreparingRebalance);
@@ -790,13 +803,19 @@ impl Group {
     }
 
     /// Removes members whose session timed out, member ids handed out and never used, and
-    /// completes a rebalance whose timeout passed.
+    /// completes a rebalance whose timeout passed; unloads a group long without members.
     async fn tick(&self) {
         let mut st = self.state.lock().await;
         if st.phase == Phase::Dead {
             return;
         }
         let now = Instant::now();
+        if st.phase == Phase::Empty
+            && st.pending.is_empty()
+            && now.saturating_duration_since(st.last_request) > IDLE_UNLOAD
+        {
+            return Self::kill(&self.dead, &mut st);
+        }
         st.pending.retain(|_, until| *until > now);
         let waiting_join = st.phase == Phase::PreparingRebalance;
         let expired: Vec<String> = st

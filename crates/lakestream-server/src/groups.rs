@@ -373,7 +373,10 @@ mod tests {
         let back = store.commit("ns", "g", "s", 0, LogId(7), &commit(4, 2)).await.unwrap_err();
         assert_eq!(back.kind(), ErrorKind::Conflict);
         let any = SameGeneration::Any;
-        assert_eq!(store.commit_with("ns", "g", "s", 0, LogId(7), &commit(4, 2), any).await.unwrap().offset, 4);
+        assert_eq!(
+            store.commit_with("ns", "g", "s", 0, LogId(7), &commit(4, 2), any).await.unwrap().offset,
+            4
+        );
         // A stale generation stays refused either way.
         let stale = store.commit_with("ns", "g", "s", 0, LogId(7), &commit(9, 1), any).await.unwrap_err();
         assert_eq!(stale.kind(), ErrorKind::Conflict);
