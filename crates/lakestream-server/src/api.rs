@@ -835,7 +835,7 @@ impl Api {
         if let Some(last) = state.last.clone()
             && let RequestState::Pending { tail_before, ref object } = last.state
         {
-            let found = match &object {
+            let found = match object {
                 Some(object) => record.find_published(tail_before, object).await?,
                 None => None,
             };
