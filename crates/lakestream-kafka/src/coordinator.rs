@@ -72,6 +72,9 @@ const BROKER_PREFIX: &str = "/lakestream-kafka/brokers/";
 /// How long a listing of the registered processes is reused by Metadata.
 const BROKERS_TTL: Duration = Duration::from_secs(1);
 
+/// How often a process whose registration failed tries again.
+const REGISTER_RETRY: Duration = Duration::from_secs(5);
+
 fn broker_key(node_id: i32) -> String {
     format!("{BROKER_PREFIX}{node_id:010}")
 }
@@ -97,6 +100,8 @@ pub(crate) struct Coordinator {
     groups: std::sync::Mutex<HashMap<String, Arc<Group>>>,
     /// The registered processes, and when they were listed.
     brokers: std::sync::Mutex<Option<(tokio::time::Instant, Vec<Address>)>>,
+    /// Whether this process is registered under its current session, and when it last tried.
+    registered: std::sync::Mutex<(bool, Option<tokio::time::Instant>)>,
 }
 
 impl Coordinator {
@@ -117,6 +122,7 @@ impl Coordinator {
             session: tokio::sync::Mutex::new(None),
             groups: std::sync::Mutex::new(HashMap::new()),
             brokers: std::sync::Mutex::new(None),
+            registered: std::sync::Mutex::new((false, None)),
         })
     }
 
@@ -139,9 +145,39 @@ impl Coordinator {
         }
     }
 
+    /// Registers this process under `brokers/` through `session` (see [`Coordinator::try_register`]).
+    async fn register(&self, session: &Arc<dyn Session>) -> ApiResult<()> {
+        let outcome = self.try_register(session).await;
+        *self.registered.lock().unwrap_or_else(std::sync::PoisonError::into_inner) =
+            (outcome.is_ok(), Some(tokio::time::Instant::now()));
+        outcome
+    }
+
+    /// Registers again if the last attempt failed (the node id was taken by a record that may
+    /// since have expired), at most every [`REGISTER_RETRY`].
+    async fn retry_registration(self: &Arc<Self>) {
+        let due = {
+            let r = self.registered.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            !r.0 && r.1.is_none_or(|at| at.elapsed() >= REGISTER_RETRY)
+        };
+        if !due {
+            return;
+        }
+        let session = self.session.lock().await.clone().filter(|s| !s.is_ended());
+        match session {
+            Some(session) => {
+                if self.register(&session).await.is_ok() {
+                    tracing::info!(node_id = self.node_id, "the Kafka front end is registered");
+                }
+            }
+            // A new session registers as it opens.
+            None => drop(self.session().await),
+        }
+    }
+
     /// Registers this process under `brokers/` through `session`, replacing a record of the
     /// same node id and address left by a previous run of it.
-    async fn register(&self, session: &Arc<dyn Session>) -> ApiResult<()> {
+    async fn try_register(&self, session: &Arc<dyn Session>) -> ApiResult<()> {
         let key = broker_key(self.node_id);
         let me = self.me(session);
         let value = serde_json::to_vec(&me).map_err(|e| ApiError::new(ErrorKind::Internal, e.to_string()))?;
@@ -183,7 +219,8 @@ impl Coordinator {
 
     /// The registered front-end processes (this one first), listed at most [`BROKERS_TTL`]
     /// ago.
-    pub async fn brokers(&self) -> Vec<(i32, String, i32)> {
+    pub async fn brokers(self: &Arc<Self>) -> Vec<(i32, String, i32)> {
+        self.retry_registration().await;
         let me = (self.node_id, self.host.clone(), self.port);
         let cached = self.brokers.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone();
         let listed = match cached {
@@ -417,6 +454,17 @@ mod tests {
         assert!(matches!(b.locate("h").await.unwrap(), Location::Here(_)));
         let brokers = b.brokers().await;
         assert_eq!(brokers, [(2, "127.0.0.1".to_owned(), 9002), (1, "127.0.0.1".to_owned(), 9001)]);
+        // A third process with A's node id at another address is not registered: B lists A.
+        let clash = Coordinator::new(
+            meta.clone(),
+            1,
+            ("10.0.0.9".to_owned(), 1),
+            Duration::from_secs(10),
+            Duration::ZERO,
+        );
+        clash.start().await;
+        assert_eq!(b.brokers().await[1], (1, "127.0.0.1".to_owned(), 9001));
+        clash.close().await;
         a.close().await;
         assert!(a.local("g").is_none());
         assert!(matches!(b.locate("g").await.unwrap(), Location::Here(_)));
