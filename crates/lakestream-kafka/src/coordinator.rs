@@ -80,8 +80,11 @@ fn broker_key(node_id: i32) -> String {
 }
 
 fn coordinator_key(group: &str) -> String {
-    format!("/lakestream-kafka/coordinators/{group}")
+    format!("{COORDINATOR_PREFIX}{group}")
 }
+
+/// The prefix of the coordinator records' keys.
+const COORDINATOR_PREFIX: &str = "/lakestream-kafka/coordinators/";
 
 fn meta_error(what: &str, e: MetaError) -> ApiError {
     ApiError::new(ErrorKind::of_class(e.class()), format!("{what}: {e}"))
@@ -409,6 +412,31 @@ impl Coordinator {
                 let Some(name) = r.key.strip_prefix(prefix).filter(|n| !n.contains('/')) else { continue };
                 if let Ok(record) = serde_json::from_slice::<GroupRecord>(&r.value) {
                     out.push((name.to_owned(), record));
+                }
+            }
+            match page.last() {
+                Some(last) if page.len() == 1000 => start = format!("{}\u{0}", last.key),
+                _ => return Ok(out),
+            }
+        }
+    }
+
+    /// The node id of the process that claims each claimed group (for ListGroups).
+    pub async fn claims(&self) -> ApiResult<HashMap<String, i32>> {
+        let prefix = COORDINATOR_PREFIX;
+        let end = format!("{prefix}\u{10FFFF}");
+        let mut start = prefix.to_owned();
+        let mut out = HashMap::new();
+        loop {
+            let page = self
+                .meta
+                .scan(KAFKA_PARTITION, &start, &end, Some(1000))
+                .await
+                .map_err(|e| meta_error("listing the groups' coordinators", e))?;
+            for r in &page {
+                let Some(name) = r.key.strip_prefix(prefix).filter(|n| !n.contains('/')) else { continue };
+                if let Ok(a) = serde_json::from_slice::<Address>(&r.value) {
+                    out.insert(name.to_owned(), a.node_id);
                 }
             }
             match page.last() {

@@ -504,6 +504,21 @@ impl Handler {
                 groups.insert(g.id.clone(), (view.protocol_type, view.phase.name().to_owned()));
             }
         }
+        // Each group is listed by one process, so that a client asking every broker (Admin's
+        // listing does) sees it once: by its coordinator, or, when no live process coordinates
+        // it, by the live process of the lowest node id.
+        let claims = match self.shared.coordinator.claims().await {
+            Ok(claims) => claims,
+            Err(e) => return ListGroupsResponse::default().with_error_code(group_code_of(&e).code()),
+        };
+        let live: Vec<i32> =
+            self.shared.coordinator.brokers().await.into_iter().map(|(id, _, _)| id).collect();
+        let me = self.settings.node_id;
+        let lowest = live.iter().copied().min().unwrap_or(me);
+        groups.retain(|name, _| match claims.get(name) {
+            Some(node) if live.contains(node) => *node == me,
+            _ => me == lowest,
+        });
         let wants_state = |state: &str| {
             request.states_filter.is_empty()
                 || request.states_filter.iter().any(|s| s.eq_ignore_ascii_case(state))

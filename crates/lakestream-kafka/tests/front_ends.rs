@@ -78,6 +78,13 @@ async fn any_front_end_serves_any_partition() {
     }
 }
 
+/// The groups ListGroups names.
+async fn listed(c: &mut Client) -> Vec<String> {
+    let response = c.call(&ListGroupsRequest::default(), 4).await;
+    assert_eq!(response.error_code, 0);
+    response.groups.iter().map(|g| g.group_id.0.to_string()).collect()
+}
+
 /// A consumer group is coordinated by one front end, chosen through the metadata store (each
 /// front end's first rebalance of a group waits the default initial delay, 3 s): the
 /// other sends clients to it and refuses group requests with NOT_COORDINATOR; when the
@@ -124,6 +131,9 @@ async fn a_group_is_coordinated_by_one_front_end_and_moves_when_it_stops() {
     assert_eq!(commit(&mut a, "billing", &member, generation, "orders", 1).await, REBALANCE_IN_PROGRESS);
     sync_alone(&mut a, "billing", &member, generation).await;
     assert_eq!(heartbeat(&mut a, "billing", &member, generation).await, 0);
+    // Each group is listed by one process: its coordinator.
+    assert!(listed(&mut a).await.contains(&"billing".to_owned()));
+    assert!(!listed(&mut b).await.contains(&"billing".to_owned()));
     assert_eq!(commit(&mut a, "billing", &member, generation, "orders", 2).await, 0);
     assert_eq!(committed(&mut a, "billing", "orders").await, (0, 2));
 
@@ -138,5 +148,6 @@ async fn a_group_is_coordinated_by_one_front_end_and_moves_when_it_stops() {
     sync_alone(&mut b, "billing", &member, 2).await;
     assert_eq!(commit(&mut b, "billing", &member, 2, "orders", 3).await, 0);
     assert_eq!(committed(&mut b, "billing", "orders").await, (0, 3));
+    assert!(listed(&mut b).await.contains(&"billing".to_owned()));
     b_server.stop().await;
 }
