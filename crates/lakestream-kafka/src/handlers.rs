@@ -372,9 +372,12 @@ impl Handler {
         }
     }
 
-    /// Appends a run of requests as one entry, or, when together they are over the largest
-    /// entry or an idempotent producer's run is refused (a retry may repeat part of it), each
-    /// alone in order.
+    /// Hands a run of requests to the writer as one entry, or, when together they are over
+    /// the largest entry or an idempotent producer's run is refused (a retry may repeat part
+    /// of it), each alone in order; each request is answered when its append completes. The
+    /// writer commits a partition's appends in the order they are handed over, so the next
+    /// group need not wait for this one's PUT (an idempotent producer's append completes
+    /// before it is handed over: its requests go one at a time).
     async fn append_run(&self, target: PartitionRef<'_>, run: Vec<Batches>) {
         if run.len() > 1 {
             let mut joined = BytesMut::with_capacity(run.iter().map(|b| b.records.len()).sum());
@@ -382,12 +385,23 @@ impl Handler {
                 joined.extend_from_slice(&b.records);
             }
             let records: u64 = run.iter().map(|b| u64::from(b.count)).sum();
-            match self.append_one(target, joined.freeze(), run[0].producer, records).await {
-                Ok(mut base) => {
-                    for b in run {
-                        let _ = b.reply.send(Ok(base));
-                        base += i64::from(b.count);
-                    }
+            match self.hand_over(target, joined.freeze(), run[0].producer, records).await {
+                Ok(outcome) => {
+                    tokio::spawn(async move {
+                        match outcome.await {
+                            Ok(mut base) => {
+                                for b in run {
+                                    let _ = b.reply.send(Ok(base));
+                                    base += i64::from(b.count);
+                                }
+                            }
+                            Err(e) => {
+                                for b in run {
+                                    let _ = b.reply.send(Err(Self::append_error(&e, b.producer)));
+                                }
+                            }
+                        }
+                    });
                     return;
                 }
                 Err(e) if e.kind() == ErrorKind::TooLarge || e.kind() == ErrorKind::OutOfSequence => {}
@@ -400,8 +414,17 @@ impl Handler {
             }
         }
         for b in run {
-            let outcome = self.append_one(target, b.records, b.producer, u64::from(b.count)).await;
-            let _ = b.reply.send(outcome.map_err(|e| Self::append_error(&e, b.producer)));
+            match self.hand_over(target, b.records, b.producer, u64::from(b.count)).await {
+                Ok(outcome) => {
+                    tokio::spawn(async move {
+                        let outcome = outcome.await;
+                        let _ = b.reply.send(outcome.map_err(|e| Self::append_error(&e, b.producer)));
+                    });
+                }
+                Err(e) => {
+                    let _ = b.reply.send(Err(Self::append_error(&e, b.producer)));
+                }
+            }
         }
     }
 
@@ -417,25 +440,31 @@ impl Handler {
         (produce_code_of(e), e.message().to_owned())
     }
 
-    /// Appends one entry of record batches of `records` records, through the service layer's
-    /// idempotent-producer path when they have a producer id; its first offset.
-    async fn append_one(
+    /// Hands one entry of record batches of `records` records to the writer (through the
+    /// service layer's idempotent-producer path when they have a producer id): returns once
+    /// its place in the partition's order is fixed, with a future of its first offset.
+    async fn hand_over(
         &self,
         target: PartitionRef<'_>,
         payload: Bytes,
         producer: Option<BatchProducer>,
         records: u64,
-    ) -> ApiResult<i64> {
+    ) -> ApiResult<futures::future::BoxFuture<'static, ApiResult<i64>>> {
+        use futures::FutureExt as _;
         let input = ProduceInput::KafkaBatches { payload, record_count: None };
         let options = ProduceOptions {
             producer: producer.map(|p| p.sequence(records)).transpose()?,
             ..ProduceOptions::default()
         };
-        match self.api.produce_with(target, input, options).await?.into_iter().next() {
-            Some(Ok(ack)) => Ok(ack.offset as i64),
-            Some(Err(e)) => Err(e.error),
-            None => Err(ApiError::new(ErrorKind::Internal, "the append gave no outcome")),
+        let outcomes = self.api.produce_pipelined(target, input, options).await?;
+        Ok(async move {
+            match outcomes.await?.into_iter().next() {
+                Some(Ok(ack)) => Ok(ack.offset as i64),
+                Some(Err(e)) => Err(e.error),
+                None => Err(ApiError::new(ErrorKind::Internal, "the append gave no outcome")),
+            }
         }
+        .boxed())
     }
 
     /// One read of a partition from `from`, waiting up to `wait` when nothing is there.
