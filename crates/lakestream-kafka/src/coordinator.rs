@@ -300,26 +300,32 @@ impl Coordinator {
         tokio::spawn(async move {
             let _ = ended.wait_for(|e| *e).await;
             if let Some(c) = weak.upgrade() {
-                c.give_up_session(&id).await;
+                c.give_up_session(&id, true).await;
             }
         });
         *slot = Some(session.clone());
         Ok(session)
     }
 
-    /// Gives up every group held under session `id` (it ended).
-    async fn give_up_session(&self, id: &str) {
+    /// Gives up every group held under session `id`: it ended (`ended`), or this process is
+    /// stopping.
+    async fn give_up_session(&self, id: &str, ended: bool) {
         let lost: Vec<Arc<Group>> = {
             let mut groups = self.groups();
             let ids: Vec<String> =
                 groups.iter().filter(|(_, g)| g.session_id == id).map(|(k, _)| k.clone()).collect();
             ids.into_iter().filter_map(|k| groups.remove(&k)).collect()
         };
-        if !lost.is_empty() {
+        if ended && !lost.is_empty() {
             tracing::warn!(
                 session = id,
                 groups = lost.len(),
                 "the coordinator's session ended: giving up its groups"
+            );
+        } else if !lost.is_empty() {
+            tracing::info!(
+                groups = lost.len(),
+                "stopping: handing the consumer groups coordinated here over"
             );
         }
         for g in lost {
@@ -450,10 +456,12 @@ impl Coordinator {
     /// takes the groups over on its next request) and gives every group up.
     pub async fn close(&self) {
         if let Some(session) = self.session.lock().await.take() {
+            // Groups first, so that the session's end (watched) finds none left to warn about;
+            // no request comes any more (the listener is closed).
+            self.give_up_session(&session.id(), false).await;
             if let Err(e) = session.close().await {
                 tracing::warn!(error = %e, "closing the group coordinator's session failed");
             }
-            self.give_up_session(&session.id()).await;
         }
     }
 }
