@@ -131,6 +131,35 @@ PROPERTIES
   log "Apache Kafka $APACHE_KAFKA_VERSION on $APACHE_KAFKA_BOOTSTRAP (pid $APACHE_KAFKA_PID)"
 }
 
+# Starts `lakestream serve` ($1: the binary) as Kafka front-end process number $3 (its
+# kafka.node_id) over a fresh directory $2, with every role, on the Oxia server at $5 and the
+# S3 server started by start_s3 (LAKESTREAM_TEST_S3_*), under the S3 prefix $4: processes
+# started with one Oxia server and prefix serve one deployment. Sets FRONT_END_PID and
+# FRONT_END_BOOTSTRAP.
+start_kafka_front_end() {
+  local bin=$1 dir=$2 node=$3 prefix=$4 oxia=$5 http kafka root
+  http=$(free_port)
+  kafka=$(free_port)
+  mkdir -p "$dir"
+  {
+    printf '[http]\naddr = "127.0.0.1:%s"\n' "$http"
+    printf '[kafka]\naddr = "127.0.0.1:%s"\nnode_id = %s\n' "$kafka" "$node"
+    printf 'group_initial_rebalance_delay = "0s"\ncoordinator_session_timeout = "5s"\n'
+    printf '[metadata]\nbackend = "oxia"\naddresses = ["%s"]\n' "$oxia"
+    for root in wal compacted; do
+      printf '[storage.%s]\nbackend = "s3"\nbucket = "%s"\nprefix = "%s/%s"\nendpoint = "%s"\n' \
+        "$root" "$LAKESTREAM_TEST_S3_BUCKET" "$prefix" "$root" "$LAKESTREAM_TEST_S3_ENDPOINT"
+      printf 'region = "%s"\naccess_key_id = "%s"\nsecret_access_key = "%s"\nforce_path_style = true\n' \
+        "$LAKESTREAM_TEST_S3_REGION" "$LAKESTREAM_TEST_S3_ACCESS_KEY" "$LAKESTREAM_TEST_S3_SECRET_KEY"
+    done
+  } >"$dir/lakestream.toml"
+  "$bin" serve --config "$dir/lakestream.toml" >"$dir/serve.log" 2>&1 &
+  FRONT_END_PID=$!
+  wait_for_port 127.0.0.1 "$kafka" 60 "Kafka front end $node" || { tail -50 "$dir/serve.log" >&2; return 1; }
+  FRONT_END_BOOTSTRAP="127.0.0.1:$kafka"
+  log "Kafka front end $node on $FRONT_END_BOOTSTRAP (pid $FRONT_END_PID)"
+}
+
 install_python_tools() {
   if [ -x "$PYENV_DIR/bin/python" ] && "$PYENV_DIR/bin/python" -c 'import pyarrow, kafka, confluent_kafka, cloudevents.core, openapi_spec_validator' 2>/dev/null; then
     return 0
@@ -211,17 +240,25 @@ start_s3() {
 }
 
 # Starts `oxia standalone` with 4 shards over fresh data and WAL directories under $1 (no
-# fsync: tests only); exports LAKESTREAM_TEST_OXIA and sets OXIA_PID.
-start_oxia() {
+# fsync: tests only); sets STARTED_OXIA (host:port) and STARTED_OXIA_PID.
+start_oxia_server() {
   local dir=$1 port metrics_port
   port=$(free_port)
   metrics_port=$(free_port)
   mkdir -p "$dir/oxia"
   "$OXIA_BIN" standalone -p "127.0.0.1:$port" -m "127.0.0.1:$metrics_port" -s 4 --data-dir "$dir/oxia/db" \
     --wal-dir "$dir/oxia/wal" --wal-sync-data=false -j >"$dir/oxia.log" 2>&1 &
-  OXIA_PID=$!
+  STARTED_OXIA_PID=$!
   wait_for_port 127.0.0.1 "$port" 60 oxia || { tail -50 "$dir/oxia.log" >&2; return 1; }
-  export LAKESTREAM_TEST_OXIA="127.0.0.1:$port"
+  STARTED_OXIA="127.0.0.1:$port"
+}
+
+# The shared Oxia server of the tests (start_oxia_server); exports LAKESTREAM_TEST_OXIA and
+# sets OXIA_PID.
+start_oxia() {
+  start_oxia_server "$1" || return 1
+  OXIA_PID=$STARTED_OXIA_PID
+  export LAKESTREAM_TEST_OXIA=$STARTED_OXIA
   export LAKESTREAM_TEST_OXIA_BIN="$OXIA_BIN"
   log "oxia $OXIA_VERSION standalone (4 shards) on $LAKESTREAM_TEST_OXIA (pid $OXIA_PID)"
 }

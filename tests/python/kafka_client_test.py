@@ -7,7 +7,8 @@ expectations are known to be Kafka's:
     python kafka_client_test.py BOOTSTRAP [HTTP_URL [COMPACTED_DIR]]
 
 Checks: topic creation (and TOPIC_ALREADY_EXISTS on a second), produce with every
-compression codec (none, gzip, snappy, lz4, zstd; idempotence off), consume from earliest
+compression codec (none, gzip, snappy, lz4, zstd) by an idempotent producer
+(`enable.idempotence=true`: InitProducerId, producer ids and sequences), consume from earliest
 with keys, values, headers and timestamps intact and offsets contiguous, ListOffsets by
 timestamp, an unknown topic's error, CreatePartitions (and INVALID_PARTITIONS for fewer),
 DeleteTopics, and, given HTTP_URL, the stored entries over HTTP: the
@@ -53,7 +54,7 @@ def produce_all(bootstrap, topic, codec):
     producer = Producer(
         {
             "bootstrap.servers": bootstrap,
-            "enable.idempotence": False,
+            "enable.idempotence": True,
             "compression.type": codec,
             "linger.ms": 20,
             "acks": "all",
@@ -264,7 +265,19 @@ def main():
             if compacted_dir and stream:
                 check_compacted(compacted_dir, stream, codec, all_entries)
 
-    # ListOffsets by timestamp: the first offset at or after a time between two batches.
+    if url:
+        # Lakestream only: a transactional producer is refused at once (Apache Kafka serves it).
+        producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": f"tx-{run}"})
+        started = time.time()
+        try:
+            producer.init_transactions(30)
+            check(False, "init_transactions fails against Lakestream")
+        except KafkaException as e:
+            print(f"transactional producer refused: {e}")
+            check(time.time() - started < 20, f"init_transactions failed within 20 s, took {time.time() - started:.1f} s")
+
+    # ListOffsets by timestamp (a producer without idempotence): the first offset at or after a
+    # time between two batches.
     topic = f"times-{run}"
     create_topic(admin, topic, 1)
     producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": False})

@@ -1,12 +1,14 @@
 //! A connection's appends, partition by partition, in request order and committed in groups.
 //!
 //! A produce request's record batches are queued per partition when the request is decoded,
-//! so in request order. One task per partition with a non-empty queue appends everything
-//! queued (up to [`GROUP_BYTES`]) as one entry (an entry may hold several batches, each with
-//! base offset 0), then answers each request with its batches' first offset within the entry.
-//! The writer does not promise the order of appends submitted at once, so a partition's
-//! appends from one connection go one entry at a time; grouping makes that cost one append
-//! latency per group, not per request, as a client pipelining small requests needs.
+//! so in request order. One task per partition with a non-empty queue hands everything queued
+//! (up to [`GROUP_BYTES`]) to the writer as one entry (an entry may hold several batches, each
+//! with base offset 0), and each request is answered with its batches' first offset within
+//! the entry once the append completes. The writer commits a partition's appends in the order
+//! they are handed over (`Api::produce_pipelined`), so the task hands the next group over
+//! without waiting for this one's PUT: several groups of a partition are in flight at once,
+//! as a client pipelining requests needs. An idempotent producer's append completes before it
+//! is handed over (the service layer runs them one at a time per producer and partition).
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};

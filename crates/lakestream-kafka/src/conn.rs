@@ -24,18 +24,19 @@ use lakestream_server::api::Api;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::tcp::OwnedReadHalf;
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{mpsc, watch};
+use tokio::sync::{mpsc, oneshot, watch};
 use tracing::{debug, info, warn};
 
-use crate::Settings;
 use crate::appends::PartitionQueues;
 use crate::handlers::{self, Handler};
+use crate::{Settings, Shared};
 
 /// Accepts connections until `shutdown` resolves, then waits for them to finish.
 pub(crate) async fn serve(
     listener: TcpListener,
     api: Api,
     settings: Arc<Settings>,
+    shared: Arc<Shared>,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) {
     let (stop, stopped) = watch::channel(false);
@@ -51,7 +52,7 @@ pub(crate) async fn serve(
             accepted = listener.accept() => match accepted {
                 Ok((socket, peer)) => {
                     let _ = socket.set_nodelay(true);
-                    let handler = Handler::new(api.clone(), settings.clone(), peer);
+                    let handler = Handler::new(api.clone(), settings.clone(), shared.clone(), peer);
                     connections.spawn(connection(socket, peer, handler, stopped.clone()));
                 }
                 Err(e) => {
@@ -145,7 +146,7 @@ async fn connection(socket: TcpStream, peer: SocketAddr, handler: Handler, stopp
     let (read_half, mut write_half) = socket.into_split();
     let (frames_tx, mut frames) = mpsc::channel(64);
     let reader = tokio::spawn(read_frames(read_half, handler.settings.max_request_bytes, frames_tx, stopped));
-    let mut order = PartitionQueues::default();
+    let mut order = Order::default();
     let mut in_flight: FuturesOrdered<Pending> = FuturesOrdered::new();
     // The frame size of each request in flight, in request order, and their sum.
     let mut sizes: std::collections::VecDeque<usize> = std::collections::VecDeque::new();
@@ -209,32 +210,55 @@ async fn connection(socket: TcpStream, peer: SocketAddr, handler: Handler, stopp
 }
 
 /// The served version range of each API, in ApiVersions order.
-pub(crate) const SERVED: [(ApiKey, i16, i16); 9] = [
+pub(crate) const SERVED: [(ApiKey, i16, i16); 18] = [
     (ApiKey::Produce, 3, 12),
     (ApiKey::Fetch, 4, 12),
     (ApiKey::ListOffsets, 1, 10),
     (ApiKey::Metadata, 0, 12),
+    (ApiKey::OffsetCommit, 2, 9),
+    (ApiKey::OffsetFetch, 1, 9),
+    (ApiKey::FindCoordinator, 0, 6),
+    (ApiKey::JoinGroup, 0, 9),
+    (ApiKey::Heartbeat, 0, 4),
+    (ApiKey::LeaveGroup, 0, 5),
+    (ApiKey::SyncGroup, 0, 5),
+    (ApiKey::DescribeGroups, 0, 6),
+    (ApiKey::ListGroups, 0, 5),
     (ApiKey::ApiVersions, 0, 4),
     (ApiKey::CreateTopics, 2, 7),
     (ApiKey::DeleteTopics, 1, 6),
+    (ApiKey::InitProducerId, 0, 5),
     (ApiKey::CreatePartitions, 0, 3),
-    // Listed (librdkafka enables LZ4 only for brokers that list it), but answered with
-    // COORDINATOR_NOT_AVAILABLE until consumer groups are served.
-    (ApiKey::FindCoordinator, 0, 6),
 ];
 
-/// APIs not listed by ApiVersions that are still answered (with an error code) rather than
-/// closing the connection, for clients that send them without asking: the entry point of
-/// idempotent and transactional producers.
-const REFUSED: [(ApiKey, i16, i16); 1] = [(ApiKey::InitProducerId, 0, 5)];
-
 fn served_range(key: ApiKey) -> Option<(i16, i16)> {
-    SERVED.iter().chain(REFUSED.iter()).find(|(k, _, _)| *k == key).map(|&(_, lo, hi)| (lo, hi))
+    SERVED.iter().find(|(k, _, _)| *k == key).map(|&(_, lo, hi)| (lo, hi))
 }
 
 /// Decodes one request frame and starts its processing, or says why the connection must
 /// close.
-fn prepare(handler: &Handler, mut frame: Bytes, order: &mut PartitionQueues) -> Result<Pending, Close> {
+/// What keeps a connection's requests in order while they are processed at once: produce
+/// batches are queued per partition (`crate::appends`), and group requests run one after
+/// another in request order, as a Kafka broker runs a connection's requests (a member's
+/// OffsetCommit before its LeaveGroup, say; a JoinGroup waiting for a rebalance holds the
+/// group requests behind it, as in Kafka, while fetches and produces go on).
+#[derive(Default)]
+struct Order {
+    partitions: PartitionQueues,
+    /// Resolves when the last group request taken has been answered.
+    last_group_request: Option<oneshot::Receiver<()>>,
+}
+
+impl Order {
+    /// Takes a group request's place: what to wait for before running it, and what to drop
+    /// once it is answered.
+    fn next_group_request(&mut self) -> (Option<oneshot::Receiver<()>>, oneshot::Sender<()>) {
+        let (done, answered) = oneshot::channel();
+        (self.last_group_request.replace(answered), done)
+    }
+}
+
+fn prepare(handler: &Handler, mut frame: Bytes, order: &mut Order) -> Result<Pending, Close> {
     if frame.len() < 8 {
         return Err(Close::Violation(format!(
             "a {}-byte request frame holds no request header",
@@ -300,7 +324,7 @@ fn dispatch(
     version: i16,
     header: &RequestHeader,
     body: Bytes,
-    order: &mut PartitionQueues,
+    order: &mut Order,
 ) -> Result<Pending, Close> {
     use kafka_protocol::messages::*;
     let id = header.correlation_id;
@@ -310,6 +334,21 @@ fn dispatch(
             let request: $req = decode(key, version, body)?;
             Ok(Box::pin(async move {
                 let response: $resp = handler.$method(request, version).await;
+                encode(id, <$resp>::header_version(version), &response, version).map(Some)
+            }))
+        }};
+    }
+    // A group request, run after the connection's previous one has been answered.
+    macro_rules! answer_in_order {
+        ($req:ty, $resp:ty, $method:ident $(, $extra:expr)*) => {{
+            let request: $req = decode(key, version, body)?;
+            let (previous, done) = order.next_group_request();
+            Ok(Box::pin(async move {
+                if let Some(previous) = previous {
+                    let _ = previous.await;
+                }
+                let response: $resp = handler.$method(request, version $(, $extra)*).await;
+                drop(done);
                 encode(id, <$resp>::header_version(version), &response, version).map(Some)
             }))
         }};
@@ -328,6 +367,17 @@ fn dispatch(
         ApiKey::FindCoordinator => {
             answer!(FindCoordinatorRequest, FindCoordinatorResponse, find_coordinator)
         }
+        ApiKey::JoinGroup => {
+            let client_id = header.client_id.as_ref().map(|c| c.to_string()).unwrap_or_default();
+            answer_in_order!(JoinGroupRequest, JoinGroupResponse, join_group, client_id)
+        }
+        ApiKey::SyncGroup => answer_in_order!(SyncGroupRequest, SyncGroupResponse, sync_group),
+        ApiKey::Heartbeat => answer_in_order!(HeartbeatRequest, HeartbeatResponse, heartbeat),
+        ApiKey::LeaveGroup => answer_in_order!(LeaveGroupRequest, LeaveGroupResponse, leave_group),
+        ApiKey::OffsetCommit => answer_in_order!(OffsetCommitRequest, OffsetCommitResponse, offset_commit),
+        ApiKey::OffsetFetch => answer_in_order!(OffsetFetchRequest, OffsetFetchResponse, offset_fetch),
+        ApiKey::ListGroups => answer!(ListGroupsRequest, ListGroupsResponse, list_groups),
+        ApiKey::DescribeGroups => answer!(DescribeGroupsRequest, DescribeGroupsResponse, describe_groups),
         ApiKey::Produce => {
             let mut request: ProduceRequest = decode(key, version, body)?;
             // Batches are queued now, in request order, so that appends keep it.
@@ -339,7 +389,12 @@ fn dispatch(
                         if let std::collections::hash_map::Entry::Vacant(slot) =
                             outcomes.entry((topic.clone(), p.index))
                         {
-                            slot.insert(order.enqueue(&handler, &topic, p.index, p.records.take()));
+                            slot.insert(order.partitions.enqueue(
+                                &handler,
+                                &topic,
+                                p.index,
+                                p.records.take(),
+                            ));
                         }
                     }
                 }

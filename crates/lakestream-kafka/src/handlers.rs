@@ -15,18 +15,25 @@ use kafka_protocol::protocol::StrBytes;
 use lakestream_format::kafka::NAMESPACE;
 use lakestream_reader::ReadBatch;
 use lakestream_server::api::{
-    Api, ApiError, ApiResult, ErrorKind, FetchParams, Offsets, PartitionRef, ProduceInput,
+    Api, ApiError, ApiResult, ErrorKind, FetchParams, Offsets, PartitionRef, ProduceInput, ProduceOptions,
 };
 use lakestream_server::auth::Permission;
 use tokio::sync::oneshot;
 use tokio::time::Instant;
 use uuid::Uuid;
 
-use crate::Settings;
 use crate::appends::{AppendResult, Queued};
 use crate::conn::SERVED;
 use crate::errors::{admin_code_of, code_of, produce_code_of};
+use crate::idempotence::{self, BatchProducer};
 use crate::topics::{self, Topic};
+use crate::{Settings, Shared};
+
+/// The answer to a transactional producer's FindCoordinator and InitProducerId: transactions
+/// are not served (`docs/kafka.md`). No transactional id is allowed, and this is the one code
+/// both librdkafka and the Java client treat as final there (librdkafka retries every other
+/// FindCoordinator error until its timeout).
+pub(crate) const TRANSACTIONS_REFUSED: ResponseError = ResponseError::TransactionalIdAuthorizationFailed;
 
 /// The cluster id every front end reports: all of them serve one deployment.
 const CLUSTER_ID: &str = "lakestream";
@@ -34,16 +41,17 @@ const CLUSTER_ID: &str = "lakestream";
 /// Serves the requests of one connection.
 #[derive(Debug, Clone)]
 pub(crate) struct Handler {
-    api: Api,
+    pub(crate) api: Api,
     pub settings: Arc<Settings>,
-    peer: SocketAddr,
+    pub(crate) shared: Arc<Shared>,
+    pub(crate) peer: SocketAddr,
 }
 
-fn text(s: impl Into<String>) -> StrBytes {
+pub(crate) fn text(s: impl Into<String>) -> StrBytes {
     StrBytes::from_string(s.into())
 }
 
-fn topic_name(name: &str) -> TopicName {
+pub(crate) fn topic_name(name: &str) -> TopicName {
     TopicName(text(name))
 }
 
@@ -84,14 +92,37 @@ struct PartitionFetch {
     next: u64,
 }
 
+/// One request's checked batches for a partition.
+struct Batches {
+    records: Bytes,
+    count: u32,
+    producer: Option<BatchProducer>,
+    reply: oneshot::Sender<AppendResult>,
+}
+
+impl Batches {
+    /// Whether `next` can go in one entry after these: both without a producer id, or both of
+    /// one producer and epoch with `next` starting where these end.
+    fn followed_by(&self, next: &Batches) -> bool {
+        match (&self.producer, &next.producer) {
+            (None, None) => true,
+            (Some(a), Some(b)) => {
+                (a.id, a.epoch) == (b.id, b.epoch)
+                    && i64::from(a.base_sequence) + i64::from(self.count) == i64::from(b.base_sequence)
+            }
+            _ => false,
+        }
+    }
+}
+
 impl Handler {
-    pub(crate) fn new(api: Api, settings: Arc<Settings>, peer: SocketAddr) -> Self {
-        Handler { api, settings, peer }
+    pub(crate) fn new(api: Api, settings: Arc<Settings>, shared: Arc<Shared>, peer: SocketAddr) -> Self {
+        Handler { api, settings, shared, peer }
     }
 
     /// Auth and the client's rate limit: Kafka clients carry no bearer token, so a
     /// deployment with tokens refuses them; the rate limit counts the peer's address.
-    fn admit(&self, needed: Permission) -> ApiResult<()> {
+    pub(crate) fn admit(&self, needed: Permission) -> ApiResult<()> {
         self.api.admit(None, Some(NAMESPACE), needed, Some(self.peer.ip()))
     }
 
@@ -108,7 +139,7 @@ impl Handler {
     }
 
     /// Looks a topic up, creating it when `create` and it does not exist.
-    async fn topic(&self, name: &str, create: bool) -> ApiResult<Topic> {
+    pub(crate) async fn topic(&self, name: &str, create: bool) -> ApiResult<Topic> {
         if let Some(topic) = topics::find(&self.api, name).await? {
             return Ok(topic);
         }
@@ -161,12 +192,23 @@ impl Handler {
     }
 
     pub(crate) async fn metadata(&self, request: MetadataRequest, version: i16) -> MetadataResponse {
-        let broker = metadata_response::MetadataResponseBroker::default()
-            .with_node_id(self.node())
-            .with_host(text(self.settings.advertised_host.clone()))
-            .with_port(self.settings.advertised_port);
+        // Every registered front-end process (a group's coordinator may be another one); this
+        // one leads every partition.
+        let brokers = self
+            .shared
+            .coordinator
+            .brokers()
+            .await
+            .into_iter()
+            .map(|(node_id, host, port)| {
+                metadata_response::MetadataResponseBroker::default()
+                    .with_node_id(BrokerId(node_id))
+                    .with_host(text(host))
+                    .with_port(port)
+            })
+            .collect();
         let response = MetadataResponse::default()
-            .with_brokers(vec![broker])
+            .with_brokers(brokers)
             .with_cluster_id(Some(text(CLUSTER_ID)))
             .with_controller_id(self.node());
         let allow_create =
@@ -272,9 +314,11 @@ impl Handler {
         ProduceResponse::default().with_responses(topics_out)
     }
 
-    /// Appends a group of queued batches for one partition as one entry and answers each.
-    /// A request whose batches are not valid is answered `INVALID_RECORD` alone; the others
-    /// still go.
+    /// Appends a group of queued batches for one partition and answers each: consecutive
+    /// requests of one kind (without a producer id, or of one idempotent producer and epoch
+    /// whose sequences follow each other) as one entry. A request whose batches are not valid
+    /// is answered `INVALID_RECORD` alone, one of a fenced epoch `INVALID_PRODUCER_EPOCH`; the
+    /// others still go.
     pub(crate) async fn append_group(&self, topic: &str, partition: i32, group: Vec<Queued>) {
         let fail_all = |group: Vec<Queued>, code: i16, message: &str| {
             for q in group {
@@ -293,61 +337,134 @@ impl Handler {
             return fail_all(group, ResponseError::UnknownTopicOrPartition.code(), &message);
         };
         // Each request's batches are checked alone, so that one bad request fails alone.
-        let mut valid = Vec::with_capacity(group.len());
+        let mut runs: Vec<Vec<Batches>> = Vec::new();
         for q in group {
             let Some(records) = q.records.filter(|r| !r.is_empty()) else {
                 let _ = q.reply.send(Err((ResponseError::InvalidRecord.code(), "no record batches".into())));
                 continue;
             };
-            match lakestream_format::kafka::count_records(&records) {
-                Ok(count) => valid.push((records, count, q.reply)),
-                Err(e) => {
-                    let message = format!("not valid Kafka record batches: {e}");
+            let checked = lakestream_format::kafka::count_records(&records)
+                .map_err(|e| format!("not valid Kafka record batches: {e}"))
+                .and_then(|count| Ok((count, idempotence::producer_of(&records)?)));
+            let (count, producer) = match checked {
+                Ok(checked) => checked,
+                Err(message) => {
                     let _ = q.reply.send(Err((ResponseError::InvalidRecord.code(), message)));
+                    continue;
                 }
+            };
+            if let Some(p) = &producer
+                && !self.shared.epochs.admit(p)
+            {
+                let message = format!("producer {} epoch {} is older than one already seen", p.id, p.epoch);
+                let _ = q.reply.send(Err((ResponseError::InvalidProducerEpoch.code(), message)));
+                continue;
             }
-        }
-        if valid.is_empty() {
-            return;
+            let batches = Batches { records, count, producer, reply: q.reply };
+            match runs.last_mut() {
+                Some(run) if run.last().is_some_and(|last| last.followed_by(&batches)) => run.push(batches),
+                _ => runs.push(vec![batches]),
+            }
         }
         let target = PartitionRef { namespace: NAMESPACE, stream: &topic.stream, partition: index };
-        if valid.len() > 1 {
-            let mut joined = BytesMut::with_capacity(valid.iter().map(|(r, _, _)| r.len()).sum());
-            for (records, _, _) in &valid {
-                joined.extend_from_slice(records);
-            }
-            match self.append_one(target, joined.freeze()).await {
-                Ok(mut base) => {
-                    for (_, count, reply) in valid {
-                        let _ = reply.send(Ok(base));
-                        base += i64::from(count);
-                    }
-                    return;
-                }
-                // Together over the largest entry: each alone, in order, below.
-                Err(e) if e.kind() == ErrorKind::TooLarge => {}
-                Err(e) => {
-                    for (_, _, reply) in valid {
-                        let _ = reply.send(Err((produce_code_of(&e), e.message().to_owned())));
-                    }
-                    return;
-                }
-            }
-        }
-        for (records, _, reply) in valid {
-            let outcome = self.append_one(target, records).await;
-            let _ = reply.send(outcome.map_err(|e| (produce_code_of(&e), e.message().to_owned())));
+        for run in runs {
+            self.append_run(target, run).await;
         }
     }
 
-    /// Appends one entry of record batches; its first offset.
-    async fn append_one(&self, target: PartitionRef<'_>, payload: Bytes) -> ApiResult<i64> {
-        let input = ProduceInput::KafkaBatches { payload, record_count: None };
-        match self.api.produce(target, input).await?.into_iter().next() {
-            Some(Ok(ack)) => Ok(ack.offset as i64),
-            Some(Err(e)) => Err(e.error),
-            None => Err(ApiError::new(ErrorKind::Internal, "the append gave no outcome")),
+    /// Hands a run of requests to the writer as one entry, or, when together they are over
+    /// the largest entry or an idempotent producer's run is refused (a retry may repeat part
+    /// of it), each alone in order; each request is answered when its append completes. The
+    /// writer commits a partition's appends in the order they are handed over, so the next
+    /// group need not wait for this one's PUT (an idempotent producer's append completes
+    /// before it is handed over: its requests go one at a time).
+    async fn append_run(&self, target: PartitionRef<'_>, run: Vec<Batches>) {
+        if run.len() > 1 {
+            let mut joined = BytesMut::with_capacity(run.iter().map(|b| b.records.len()).sum());
+            for b in &run {
+                joined.extend_from_slice(&b.records);
+            }
+            let records: u64 = run.iter().map(|b| u64::from(b.count)).sum();
+            match self.hand_over(target, joined.freeze(), run[0].producer, records).await {
+                Ok(outcome) => {
+                    tokio::spawn(async move {
+                        match outcome.await {
+                            Ok(mut base) => {
+                                for b in run {
+                                    let _ = b.reply.send(Ok(base));
+                                    base += i64::from(b.count);
+                                }
+                            }
+                            Err(e) => {
+                                for b in run {
+                                    let _ = b.reply.send(Err(Self::append_error(&e, b.producer)));
+                                }
+                            }
+                        }
+                    });
+                    return;
+                }
+                Err(e) if e.kind() == ErrorKind::TooLarge || e.kind() == ErrorKind::OutOfSequence => {}
+                Err(e) => {
+                    for b in run {
+                        let _ = b.reply.send(Err(Self::append_error(&e, b.producer)));
+                    }
+                    return;
+                }
+            }
         }
+        for b in run {
+            match self.hand_over(target, b.records, b.producer, u64::from(b.count)).await {
+                Ok(outcome) => {
+                    tokio::spawn(async move {
+                        let outcome = outcome.await;
+                        let _ = b.reply.send(outcome.map_err(|e| Self::append_error(&e, b.producer)));
+                    });
+                }
+                Err(e) => {
+                    let _ = b.reply.send(Err(Self::append_error(&e, b.producer)));
+                }
+            }
+        }
+    }
+
+    /// The Kafka error of a failed append of `producer`'s batches: an idempotent producer's
+    /// sequence below the next expected one was appended before (`DUPLICATE_SEQUENCE_NUMBER`,
+    /// which clients count a success); above, it is a gap.
+    fn append_error(e: &ApiError, producer: Option<BatchProducer>) -> (i16, String) {
+        if let (ErrorKind::OutOfSequence, Some(p), Some(next)) = (e.kind(), producer, e.next_sequence())
+            && (p.base_sequence as u64) < next
+        {
+            return (ResponseError::DuplicateSequenceNumber.code(), e.message().to_owned());
+        }
+        (produce_code_of(e), e.message().to_owned())
+    }
+
+    /// Hands one entry of record batches of `records` records to the writer (through the
+    /// service layer's idempotent-producer path when they have a producer id): returns once
+    /// its place in the partition's order is fixed, with a future of its first offset.
+    async fn hand_over(
+        &self,
+        target: PartitionRef<'_>,
+        payload: Bytes,
+        producer: Option<BatchProducer>,
+        records: u64,
+    ) -> ApiResult<futures::future::BoxFuture<'static, ApiResult<i64>>> {
+        use futures::FutureExt as _;
+        let input = ProduceInput::KafkaBatches { payload, record_count: None };
+        let options = ProduceOptions {
+            producer: producer.map(|p| p.sequence(records)).transpose()?,
+            ..ProduceOptions::default()
+        };
+        let outcomes = self.api.produce_pipelined(target, input, options).await?;
+        Ok(async move {
+            match outcomes.await?.into_iter().next() {
+                Some(Ok(ack)) => Ok(ack.offset as i64),
+                Some(Err(e)) => Err(e.error),
+                None => Err(ApiError::new(ErrorKind::Internal, "the append gave no outcome")),
+            }
+        }
+        .boxed())
     }
 
     /// One read of a partition from `from`, waiting up to `wait` when nothing is there.
@@ -817,45 +934,32 @@ impl Handler {
         CreatePartitionsResponse::default().with_results(results)
     }
 
-    /// Idempotent and transactional producers are not served yet (see `docs/kafka.md`).
+    /// A new producer id, unique across front-end processes, at epoch 0. As Kafka does for a
+    /// producer without a transactional id, a request naming its current id and epoch (a
+    /// client bumping its epoch, KIP-360) also gets a new id. Transactional producers are
+    /// refused (`docs/kafka.md`).
     pub(crate) async fn init_producer_id(
         &self,
-        _request: InitProducerIdRequest,
+        request: InitProducerIdRequest,
         _version: i16,
     ) -> InitProducerIdResponse {
-        InitProducerIdResponse::default()
-            .with_error_code(ResponseError::UnsupportedVersion.code())
-            .with_producer_id(ProducerId(-1))
-            .with_producer_epoch(-1)
-    }
-
-    /// Consumer groups are not served yet (see `docs/kafka.md`): no coordinator is available.
-    /// The code is retriable, so a client that only assigns partitions (and has a group id)
-    /// goes on fetching; one that subscribes waits for a coordinator.
-    pub(crate) async fn find_coordinator(
-        &self,
-        request: FindCoordinatorRequest,
-        version: i16,
-    ) -> FindCoordinatorResponse {
-        const WHY: &str = "consumer groups are not served yet by this Lakestream front end";
-        let code = ResponseError::CoordinatorNotAvailable.code();
-        if version >= 4 {
-            let coordinators = request
-                .coordinator_keys
-                .into_iter()
-                .map(|key| {
-                    find_coordinator_response::Coordinator::default()
-                        .with_key(key)
-                        .with_node_id(BrokerId(-1))
-                        .with_port(-1)
-                        .with_error_code(code)
-                        .with_error_message(Some(text(WHY)))
-                })
-                .collect();
-            return FindCoordinatorResponse::default().with_coordinators(coordinators);
+        let refuse = |code: i16| {
+            InitProducerIdResponse::default()
+                .with_error_code(code)
+                .with_producer_id(ProducerId(-1))
+                .with_producer_epoch(-1)
+        };
+        if request.transactional_id.is_some() {
+            return refuse(TRANSACTIONS_REFUSED.code());
         }
-        let out =
-            FindCoordinatorResponse::default().with_error_code(code).with_node_id(BrokerId(-1)).with_port(-1);
-        if version >= 1 { out.with_error_message(Some(text(WHY))) } else { out }
+        if let Err(e) = self.admit(Permission::Write) {
+            return refuse(code_of(&e));
+        }
+        match self.shared.producer_ids.allocate().await {
+            Ok(id) => {
+                InitProducerIdResponse::default().with_producer_id(ProducerId(id)).with_producer_epoch(0)
+            }
+            Err(e) => refuse(code_of(&e)),
+        }
     }
 }

@@ -12,8 +12,13 @@
 //!   same time — checked and counted by the binding; Fetch returns whole entries with their
 //!   batches' base offsets rewritten, whether they are still in the WAL or compacted.
 //! * Served: ApiVersions, Metadata, Produce, Fetch, ListOffsets, CreateTopics, DeleteTopics,
-//!   CreatePartitions. Idempotent and transactional producers and consumer groups are not
-//!   served yet. `docs/kafka.md` lists versions, refusals and the client settings needed.
+//!   CreatePartitions, and InitProducerId with idempotent produce (`crate::idempotence`, on
+//!   the service layer's idempotent producers); consumer groups of the classic protocol
+//!   (FindCoordinator, JoinGroup, SyncGroup, Heartbeat, LeaveGroup, OffsetCommit, OffsetFetch,
+//!   ListGroups, DescribeGroups: `crate::group`), each coordinated by one front-end process
+//!   chosen through the metadata store (`crate::coordinator`), committed offsets in the service
+//!   layer's group offset store. Transactions are refused. `docs/kafka.md` lists versions,
+//!   refusals and the client settings needed.
 //!
 //! ```no_run
 //! # async fn run(api: lakestream_server::api::Api) -> std::io::Result<()> {
@@ -37,8 +42,12 @@
 
 mod appends;
 mod conn;
+mod coordinator;
 mod errors;
+mod group;
+mod group_api;
 mod handlers;
+mod idempotence;
 mod topics;
 
 use std::future::Future;
@@ -62,8 +71,40 @@ pub(crate) struct Settings {
     pub default_partitions: u32,
     /// The longest fetch wait the service layer allows; longer client waits are cut to it.
     pub max_fetch_wait: Duration,
-    /// Where topic IDs come from.
+    /// Where topic IDs and member ids come from.
     pub tokens: Arc<dyn TokenSource>,
+    /// `kafka.group_initial_rebalance_delay`.
+    pub group_initial_rebalance_delay: Duration,
+    /// `kafka.coordinator_session_timeout`.
+    pub coordinator_session_timeout: Duration,
+}
+
+/// What every connection of one front end shares besides its settings.
+#[derive(Debug)]
+pub(crate) struct Shared {
+    /// Producer ids for InitProducerId.
+    pub producer_ids: idempotence::ProducerIds,
+    /// The highest epoch seen per producer id.
+    pub epochs: idempotence::Epochs,
+    /// The consumer groups this process coordinates.
+    pub coordinator: Arc<coordinator::Coordinator>,
+}
+
+impl Shared {
+    fn new(api: &Api, settings: &Settings) -> Self {
+        let meta = api.stack().meta.clone();
+        Shared {
+            producer_ids: idempotence::ProducerIds::new(meta.clone()),
+            epochs: idempotence::Epochs::default(),
+            coordinator: coordinator::Coordinator::new(
+                meta,
+                settings.node_id,
+                (settings.advertised_host.clone(), settings.advertised_port),
+                settings.coordinator_session_timeout,
+                settings.group_initial_rebalance_delay,
+            ),
+        }
+    }
 }
 
 /// A bound Kafka listener, ready to serve.
@@ -123,6 +164,8 @@ impl KafkaFrontEnd {
                 default_partitions: config.default_partitions,
                 max_fetch_wait,
                 tokens,
+                group_initial_rebalance_delay: config.group_initial_rebalance_delay,
+                coordinator_session_timeout: config.coordinator_session_timeout,
             },
         })
     }
@@ -136,7 +179,11 @@ impl KafkaFrontEnd {
     /// Serves Kafka clients over `api` until `shutdown` resolves; then stops accepting, lets
     /// each connection finish the request it is serving, and closes them.
     pub async fn serve(self, api: Api, shutdown: impl Future<Output = ()> + Send + 'static) {
-        conn::serve(self.listener, api, Arc::new(self.settings), shutdown).await;
+        let shared = Arc::new(Shared::new(&api, &self.settings));
+        shared.coordinator.start().await;
+        conn::serve(self.listener, api, Arc::new(self.settings), shared.clone(), shutdown).await;
+        // Hand the groups coordinated here to another process at once.
+        shared.coordinator.close().await;
     }
 
     /// This front end as one of [`lakestream_server::serve_all_with`]'s.

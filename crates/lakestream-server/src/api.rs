@@ -40,7 +40,7 @@ use lakestream_reader::{ReadBatch, ReadError, Reader};
 use lakestream_writer::{AppendAck, AppendError, AppendOptions, TrimError, TrimOutcome, Writer};
 
 use crate::auth::{Denied, Permission};
-use crate::groups::{CommittedOffset, GroupStore, OffsetCommit, PartitionLag};
+use crate::groups::{CommittedOffset, GroupStore, OffsetCommit, PartitionLag, SameGeneration};
 use crate::metrics::Metrics;
 use crate::producers::{self, Decision, ProducerSequence, RequestState, StateRecord};
 use crate::stack::Stack;
@@ -194,12 +194,26 @@ pub struct ApiError {
     kind: ErrorKind,
     message: String,
     next_offset: Option<u64>,
+    next_sequence: Option<u64>,
 }
 
 impl ApiError {
     /// An error of `kind`.
     pub fn new(kind: ErrorKind, message: impl Into<String>) -> Self {
-        ApiError { kind, message: message.into(), next_offset: None }
+        ApiError { kind, message: message.into(), next_offset: None, next_sequence: None }
+    }
+
+    /// The sequence an idempotent producer's next new request must start at, for a refused
+    /// one ([`ErrorKind::OutOfSequence`]): every sequence below it was appended, so a client
+    /// can tell an old request (a duplicate) from a gap.
+    pub fn next_sequence(&self) -> Option<u64> {
+        self.next_sequence
+    }
+
+    /// This error, naming the producer's next expected sequence.
+    pub fn with_next_sequence(mut self, next: u64) -> Self {
+        self.next_sequence = Some(next);
+        self
     }
 
     /// The partition's actual next offset, for a failed conditional append
@@ -814,6 +828,11 @@ impl Api {
     ) -> ApiResult<Result<Vec<AppendAck>, Vec<Result<AppendAck, AppendError>>>> {
         use std::hash::{Hash, Hasher};
         let w = self.writer()?;
+        if producer.advance == Some(0) {
+            return Err(ApiError::invalid(
+                "producer_sequence: a request must advance the sequence by at least 1",
+            ));
+        }
         let mut hasher = std::collections::hash_map::DefaultHasher::new();
         (log_id, &producer.id).hash(&mut hasher);
         let _serial = self.producer_locks[(hasher.finish() as usize) % PRODUCER_LOCKS].lock().await;
@@ -821,15 +840,15 @@ impl Api {
         let (mut state, mut version) = record.read().await?;
         // Resolve a request whose outcome is unknown.
         if let Some(last) = state.last.clone()
-            && let RequestState::Pending { tail_before, object } = last.state
+            && let RequestState::Pending { tail_before, ref object } = last.state
         {
-            let found = match &object {
+            let found = match object {
                 Some(object) => record.find_published(tail_before, object).await?,
                 None => None,
             };
             state.last = match found {
                 Some((first_offset, end_offset, timestamp_ms)) => {
-                    state.next_sequence = last.sequence + u64::from(last.entries);
+                    state.next_sequence = last.next_sequence();
                     Some(producers::LastRequest {
                         state: RequestState::Done { first_offset, end_offset, timestamp_ms },
                         ..last
@@ -846,7 +865,7 @@ impl Api {
         }
         let tail_before = w.next_offset(log_id).await?;
         let count = u32::try_from(entries.len()).unwrap_or(u32::MAX);
-        let mut pending = producers::pending(&state, producer.sequence, count, tail_before);
+        let mut pending = producers::pending_of(&state, &producer, count, tail_before);
         let pending_version = record.write(&pending, version).await?;
         // Just before the index put: record the WAL object in the pending state, so that a
         // retry after a crash can tell whether the put was made.
@@ -877,10 +896,11 @@ impl Api {
         let end = results.last().and_then(|r| r.as_ref().ok()).map(AppendAck::end_offset);
         let written = *gate_version.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         if let (Some((first_offset, timestamp_ms)), Some(end_offset), Some(v)) = (first, end, written) {
-            pending.next_sequence = producer.sequence + u64::from(count);
+            pending.next_sequence = producer.sequence + producer.advance_of(count);
             pending.last = Some(producers::LastRequest {
                 sequence: producer.sequence,
                 entries: count,
+                advance: producer.advance,
                 state: RequestState::Done { first_offset, end_offset, timestamp_ms },
             });
             // The entries are appended whatever this write's outcome: left pending, the next
@@ -1000,6 +1020,18 @@ impl Api {
         target: PartitionRef<'_>,
         commit: OffsetCommit,
     ) -> ApiResult<CommittedOffset> {
+        self.commit_offset_with(group, target, commit, SameGeneration::Forward).await
+    }
+
+    /// [`Api::commit_offset`], with `same` deciding whether a commit of the stored generation
+    /// may move the offset back (the Kafka front end's coordinator lets it, as Kafka does).
+    pub async fn commit_offset_with(
+        &self,
+        group: &str,
+        target: PartitionRef<'_>,
+        commit: OffsetCommit,
+        same: SameGeneration,
+    ) -> ApiResult<CommittedOffset> {
         crate::groups::check_group_id(group)?;
         let log = self.log_of(target).await?;
         let next = self.reader()?.next_offset(log.log_id).await?;
@@ -1010,7 +1042,7 @@ impl Api {
             )));
         }
         let committed = GroupStore::new(self.stack.meta.as_ref())
-            .commit(target.namespace, group, target.stream, target.partition, log.log_id, &commit)
+            .commit_with(target.namespace, group, target.stream, target.partition, log.log_id, &commit, same)
             .await?;
         self.metrics.group_lag.record(
             target.namespace,
@@ -1049,6 +1081,16 @@ impl Api {
             partitions.push(PartitionLag { partition, committed, next_offset, lag });
         }
         Ok(partitions)
+    }
+
+    /// Every offset a group has committed in a namespace (none for a group that has committed
+    /// nothing), whatever the streams: those of dropped streams too.
+    pub async fn group_committed_offsets(
+        &self,
+        namespace: &str,
+        group: &str,
+    ) -> ApiResult<Vec<CommittedOffset>> {
+        GroupStore::new(self.stack.meta.as_ref()).offsets(namespace, group).await
     }
 
     /// The groups of a namespace after `after`, at most `limit` (default [`DEFAULT_PAGE`]).
@@ -1119,7 +1161,7 @@ pub fn producer_of(id: Option<&str>, sequence: Option<u64>) -> ApiResult<Option<
     match (id.filter(|id| !id.is_empty()), sequence) {
         (None, None) => Ok(None),
         (Some(id), Some(sequence)) => {
-            Ok(Some(ProducerSequence { id: producers::ProducerId::parse(id)?, sequence }))
+            Ok(Some(ProducerSequence { id: producers::ProducerId::parse(id)?, sequence, advance: None }))
         }
         (Some(_), None) => Err(ApiError::invalid("producer_sequence: required with producer_id")),
         (None, Some(_)) => Err(ApiError::invalid("producer_id: required with producer_sequence")),

@@ -207,6 +207,16 @@ pub struct KafkaConfig {
     pub auto_create_topics: bool,
     /// Partitions of an automatically created topic, and of CreateTopics with `-1`.
     pub default_partitions: u32,
+    /// How long the first rebalance of an empty consumer group waits for more members to
+    /// join (Kafka's `group.initial.rebalance.delay.ms`, 3 s there too): fewer rebalances
+    /// when a group's consumers start together, a slower start for a lone one.
+    #[serde(with = "humantime_serde")]
+    pub group_initial_rebalance_delay: Duration,
+    /// The session behind this process's claims to coordinate consumer groups (ephemeral
+    /// records in the metadata store): when the process dies, its groups move to another
+    /// front-end process after at most this long. Between 2 s and 5 min.
+    #[serde(with = "humantime_serde")]
+    pub coordinator_session_timeout: Duration,
 }
 
 impl Default for KafkaConfig {
@@ -218,6 +228,8 @@ impl Default for KafkaConfig {
             max_request_bytes: 100 << 20,
             auto_create_topics: true,
             default_partitions: 1,
+            group_initial_rebalance_delay: Duration::from_secs(3),
+            coordinator_session_timeout: Duration::from_secs(15),
         }
     }
 }
@@ -855,6 +867,14 @@ impl ServerConfig {
         if self.kafka.node_id < 0 {
             return Err(invalid("kafka.node_id", &"must not be negative"));
         }
+        if self.kafka.group_initial_rebalance_delay > Duration::from_secs(300) {
+            return Err(invalid("kafka.group_initial_rebalance_delay", &"must be at most 5min"));
+        }
+        if !(Duration::from_secs(2)..=Duration::from_secs(300))
+            .contains(&self.kafka.coordinator_session_timeout)
+        {
+            return Err(invalid("kafka.coordinator_session_timeout", &"must be between 2s and 5min"));
+        }
         if let Some(listener) = &self.kafka.advertised_listener {
             let port = listener.rsplit_once(':').and_then(|(host, port)| {
                 (!host.is_empty()).then_some(())?;
@@ -1409,6 +1429,14 @@ mod tests {
             (|c: &mut KafkaConfig| c.max_request_bytes = 10, "kafka.max_request_bytes"),
             (|c: &mut KafkaConfig| c.default_partitions = 0, "kafka.default_partitions"),
             (|c: &mut KafkaConfig| c.node_id = -1, "kafka.node_id"),
+            (
+                |c: &mut KafkaConfig| c.coordinator_session_timeout = Duration::from_secs(1),
+                "kafka.coordinator_session_timeout",
+            ),
+            (
+                |c: &mut KafkaConfig| c.group_initial_rebalance_delay = Duration::from_secs(301),
+                "kafka.group_initial_rebalance_delay",
+            ),
         ] {
             let mut bad = config.clone();
             change(&mut bad.kafka);

@@ -25,7 +25,9 @@
 //! A commit carries the committer's generation. It is refused (409, nothing written) when the
 //! stored generation is greater (a consumer of an older generation), or when it is equal and
 //! the offset is lower than the stored one (a late commit of the same consumer). A greater
-//! generation may set any offset (the new owner resets). The offset may not exceed the
+//! generation may set any offset (the new owner resets). The Kafka front end, whose
+//! coordinator has already checked the member's generation, lets a commit of the stored
+//! generation set a lower offset too, as Kafka does ([`SameGeneration::Any`]). The offset may not exceed the
 //! partition's next offset. The write is a compare-and-set on the record's version, retried
 //! after re-checking when another commit won the race.
 
@@ -47,6 +49,9 @@ pub const MAX_GROUP_ID: usize = 128;
 
 /// The longest commit metadata string.
 pub const MAX_METADATA_BYTES: usize = 4096;
+
+/// Records read per page of a scan over one group's offsets.
+const SCAN_PAGE: usize = 1000;
 
 /// How many times a commit re-reads after losing a compare-and-set race.
 const COMMIT_ATTEMPTS: usize = 8;
@@ -89,6 +94,18 @@ pub struct OffsetCommit {
     pub generation: u64,
     /// Free text kept with the offset, at most [`MAX_METADATA_BYTES`].
     pub metadata: String,
+}
+
+/// Whether a commit of the stored generation may set an offset below the stored one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum SameGeneration {
+    /// Only forward: a late commit of the same consumer cannot move the group backwards (the
+    /// HTTP and gRPC rule).
+    #[default]
+    Forward,
+    /// Any offset: a Kafka member may seek back and commit; its coordinator checked its
+    /// membership and generation.
+    Any,
 }
 
 /// A committed offset, as stored.
@@ -152,6 +169,22 @@ impl<'a> GroupStore<'a> {
         log_id: LogId,
         commit: &OffsetCommit,
     ) -> ApiResult<CommittedOffset> {
+        self.commit_with(namespace, group, stream, partition, log_id, commit, SameGeneration::Forward).await
+    }
+
+    /// [`GroupStore::commit`], with `same` deciding whether a commit of the stored generation
+    /// may move the offset back.
+    #[allow(clippy::too_many_arguments)]
+    pub async fn commit_with(
+        &self,
+        namespace: &str,
+        group: &str,
+        stream: &str,
+        partition: usize,
+        log_id: LogId,
+        commit: &OffsetCommit,
+        same: SameGeneration,
+    ) -> ApiResult<CommittedOffset> {
         check_group_id(group)?;
         if commit.metadata.len() > MAX_METADATA_BYTES {
             return Err(ApiError::invalid(format!("metadata: at most {MAX_METADATA_BYTES} bytes")));
@@ -186,7 +219,10 @@ impl<'a> GroupStore<'a> {
                             ),
                         ));
                     }
-                    if commit.generation == stored.generation && commit.offset < stored.offset {
+                    if commit.generation == stored.generation
+                        && commit.offset < stored.offset
+                        && same == SameGeneration::Forward
+                    {
                         return Err(ApiError::new(
                             ErrorKind::Conflict,
                             format!(
@@ -260,6 +296,35 @@ impl<'a> GroupStore<'a> {
         }
     }
 
+    /// Every offset the group has committed in the namespace, in log order.
+    pub async fn offsets(&self, namespace: &str, group: &str) -> ApiResult<Vec<CommittedOffset>> {
+        check_group_id(group)?;
+        let prefix = format!("{}/", group_key(namespace, group));
+        let end = scan_end(&prefix);
+        let mut start = prefix.clone();
+        let mut out = Vec::new();
+        loop {
+            let page = self
+                .meta
+                .scan(GROUPS_PARTITION, &start, &end, Some(SCAN_PAGE))
+                .await
+                .map_err(|e| meta_error("reading the group's offsets", e))?;
+            for record in &page {
+                let Some(rest) = record.key.strip_prefix(&prefix) else { continue };
+                if rest.contains('/') {
+                    continue;
+                }
+                let mut committed = decode(&record.key, &record.value)?;
+                committed.committed_ms = record.modified_ms;
+                out.push(committed);
+            }
+            match page.last() {
+                Some(last) if page.len() == SCAN_PAGE => start = format!("{}\u{0}", last.key),
+                _ => return Ok(out),
+            }
+        }
+    }
+
     /// The namespace's groups after `after`, at most `limit`, and whether more remain.
     pub async fn list(
         &self,
@@ -297,6 +362,31 @@ fn decode(key: &str, value: &[u8]) -> ApiResult<CommittedOffset> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test]
+    async fn kafka_commits_may_move_back_within_a_generation_and_a_group_lists_its_offsets() {
+        let meta = lakestream_meta::memory::InMemoryStore::new();
+        let store = GroupStore::new(&meta);
+        let commit = |offset, generation| OffsetCommit { offset, generation, metadata: String::new() };
+        store.commit("ns", "g", "s", 0, LogId(7), &commit(10, 2)).await.unwrap();
+        // The HTTP rule refuses moving back within a generation; Kafka's allows it.
+        let back = store.commit("ns", "g", "s", 0, LogId(7), &commit(4, 2)).await.unwrap_err();
+        assert_eq!(back.kind(), ErrorKind::Conflict);
+        let any = SameGeneration::Any;
+        assert_eq!(
+            store.commit_with("ns", "g", "s", 0, LogId(7), &commit(4, 2), any).await.unwrap().offset,
+            4
+        );
+        // A stale generation stays refused either way.
+        let stale = store.commit_with("ns", "g", "s", 0, LogId(7), &commit(9, 1), any).await.unwrap_err();
+        assert_eq!(stale.kind(), ErrorKind::Conflict);
+        store.commit("ns", "g", "s", 1, LogId(8), &commit(3, 2)).await.unwrap();
+        store.commit("ns", "g2", "s", 0, LogId(7), &commit(1, 0)).await.unwrap();
+        let offsets = store.offsets("ns", "g").await.unwrap();
+        let found: Vec<(usize, u64)> = offsets.iter().map(|c| (c.partition, c.offset)).collect();
+        assert_eq!(found, [(0, 4), (1, 3)]);
+        assert!(store.offsets("ns", "nobody").await.unwrap().is_empty());
+    }
 
     #[test]
     fn group_ids_are_checked() {

@@ -10,6 +10,9 @@
 //! - **Sequence**: the sequence number of a request's first entry in this partition; the
 //!   request's `n` entries take `sequence .. sequence + n`. A producer's first request to a
 //!   partition has sequence 0; each following one starts where the last acknowledged ended.
+//!   A caller may number something else than entries: the Kafka front end numbers records,
+//!   as Kafka producers do, and says how far each request moves the sequence
+//!   ([`ProducerSequence::advance`], kept in the state as `advance`).
 //!
 //! ## The state record
 //!
@@ -108,6 +111,17 @@ pub struct ProducerSequence {
     pub id: ProducerId,
     /// The sequence number of the request's first entry in this partition.
     pub sequence: u64,
+    /// How far the request moves the producer's sequence: `None`, by its entry count (the
+    /// HTTP and gRPC rule); `Some(n)`, by `n` (the Kafka front end: a Kafka producer numbers
+    /// records, so `n` is the request's record count). At least 1.
+    pub advance: Option<u64>,
+}
+
+impl ProducerSequence {
+    /// How far a request of `entries` entries moves the sequence.
+    pub fn advance_of(&self, entries: u32) -> u64 {
+        self.advance.unwrap_or(u64::from(entries))
+    }
 }
 
 /// The state record's key for `producer` on `log_id`.
@@ -122,9 +136,19 @@ pub struct LastRequest {
     pub sequence: u64,
     /// How many entries it held.
     pub entries: u32,
+    /// How far it moved the sequence, when not by `entries` ([`ProducerSequence::advance`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub advance: Option<u64>,
     /// Its outcome.
     #[serde(flatten)]
     pub state: RequestState,
+}
+
+impl LastRequest {
+    /// The sequence after this request.
+    pub fn next_sequence(&self) -> u64 {
+        self.sequence + self.advance.unwrap_or(u64::from(self.entries))
+    }
 }
 
 /// Where a request stands.
@@ -289,6 +313,7 @@ pub fn decide(
         sequence: last,
         entries,
         state: RequestState::Done { first_offset, end_offset, timestamp_ms },
+        ..
     }) = &state.last
         && *last == sequence
     {
@@ -302,7 +327,8 @@ pub fn decide(
                     end_offset - first_offset,
                     record_counts.len()
                 ),
-            ));
+            )
+            .with_next_sequence(state.next_sequence));
         }
         let mut offset = *first_offset;
         let acks = record_counts
@@ -323,7 +349,8 @@ pub fn decide(
     Err(ApiError::new(
         ErrorKind::OutOfSequence,
         format!("sequence {sequence}: the next expected sequence is {}; {why}", state.next_sequence),
-    ))
+    )
+    .with_next_sequence(state.next_sequence))
 }
 
 /// The pending state of a request about to be appended.
@@ -334,9 +361,25 @@ pub fn pending(state: &ProducerState, sequence: u64, entries: u32, tail_before: 
         last: Some(LastRequest {
             sequence,
             entries,
+            advance: None,
             state: RequestState::Pending { tail_before, object: None },
         }),
     }
+}
+
+/// The pending state of `producer`'s request of `entries` entries, about to be appended:
+/// [`pending`], keeping how far the request moves the sequence.
+pub fn pending_of(
+    state: &ProducerState,
+    producer: &ProducerSequence,
+    entries: u32,
+    tail_before: u64,
+) -> ProducerState {
+    let mut out = pending(state, producer.sequence, entries, tail_before);
+    if let Some(last) = out.last.as_mut() {
+        last.advance = producer.advance;
+    }
+    out
 }
 
 /// Turns an error of the publish gate into the writer's refusal.
@@ -374,6 +417,7 @@ mod tests {
             last: Some(LastRequest {
                 sequence: 5,
                 entries: 2,
+                advance: None,
                 state: RequestState::Done { first_offset: 40, end_offset: 43, timestamp_ms: 9 },
             }),
         };
@@ -383,6 +427,27 @@ mod tests {
         assert_eq!(decide(log, &done, 5, &[1]).unwrap_err().kind(), ErrorKind::OutOfSequence);
         assert_eq!(decide(log, &done, 4, &[1]).unwrap_err().kind(), ErrorKind::OutOfSequence);
         assert_eq!(decide(log, &done, 8, &[1]).unwrap_err().kind(), ErrorKind::OutOfSequence);
+        // Every refusal names the expected sequence.
+        for (sequence, counts) in [(5, &[1][..]), (4, &[1]), (8, &[1])] {
+            assert_eq!(decide(log, &done, sequence, counts).unwrap_err().next_sequence(), Some(7));
+        }
+    }
+
+    #[test]
+    fn a_request_may_advance_the_sequence_by_its_records() {
+        // A Kafka producer's batch of 10 records at sequence 20 is one entry; the next batch
+        // starts at 30.
+        let producer =
+            ProducerSequence { id: ProducerId::parse("kafka-7-0").unwrap(), sequence: 20, advance: Some(10) };
+        assert_eq!(producer.advance_of(1), 10);
+        let last = LastRequest {
+            sequence: 20,
+            entries: 1,
+            advance: Some(10),
+            state: RequestState::Pending { tail_before: 3, object: None },
+        };
+        assert_eq!(last.next_sequence(), 30);
+        assert_eq!(LastRequest { advance: None, ..last }.next_sequence(), 21);
     }
 
     #[test]
@@ -394,5 +459,14 @@ mod tests {
             r#"{"v":1,"next_sequence":0,"last":{"sequence":0,"entries":2,"state":"pending","tail_before":40}}"#
         );
         assert_eq!(serde_json::from_str::<ProducerState>(&json).unwrap(), state);
+        let producer =
+            ProducerSequence { id: ProducerId::parse("kafka-1-0").unwrap(), sequence: 0, advance: Some(10) };
+        let kafka = pending_of(&ProducerState::default(), &producer, 1, 40);
+        let json = serde_json::to_string(&kafka).unwrap();
+        assert_eq!(
+            json,
+            r#"{"v":1,"next_sequence":0,"last":{"sequence":0,"entries":1,"advance":10,"state":"pending","tail_before":40}}"#
+        );
+        assert_eq!(serde_json::from_str::<ProducerState>(&json).unwrap(), kafka);
     }
 }

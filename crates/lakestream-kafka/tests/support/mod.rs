@@ -204,6 +204,67 @@ pub fn batch_with(values: &[&str], compression: Compression) -> Bytes {
     out.freeze()
 }
 
+/// One record batch of `values` from an idempotent producer: producer id `pid`, `epoch`, and
+/// base sequence `sequence`.
+pub fn idempotent_batch(values: &[&str], pid: i64, epoch: i16, sequence: i32) -> Bytes {
+    let records: Vec<Record> = values
+        .iter()
+        .enumerate()
+        .map(|(i, v)| Record {
+            transactional: false,
+            control: false,
+            delete_horizon: false,
+            partition_leader_epoch: 0,
+            producer_id: pid,
+            producer_epoch: epoch,
+            timestamp_type: TimestampType::Creation,
+            offset: i as i64,
+            sequence: sequence + i as i32,
+            timestamp: 1_700_000_000_000,
+            key: None,
+            value: Some(Bytes::copy_from_slice(v.as_bytes())),
+            headers: Default::default(),
+        })
+        .collect();
+    let mut out = BytesMut::new();
+    let options = RecordEncodeOptions { version: 2, compression: Compression::None };
+    RecordBatchEncoder::encode(&mut out, &records, &options).unwrap();
+    out.freeze()
+}
+
+/// A new producer id and epoch from InitProducerId.
+pub async fn init_producer_id(c: &mut Client) -> (i64, i16) {
+    let response = c
+        .call(
+            &InitProducerIdRequest::default().with_transactional_id(None).with_transaction_timeout_ms(60_000),
+            4,
+        )
+        .await;
+    assert_eq!(response.error_code, 0);
+    (response.producer_id.0, response.producer_epoch)
+}
+
+/// Every record value of partition 0 of `topic`, in offset order.
+pub async fn values(c: &mut Client, topic: &str) -> Vec<String> {
+    let (_, end) = list_offset(c, topic, -1).await;
+    let mut offset = 0;
+    let mut out = Vec::new();
+    while offset < end {
+        let data = fetch(c, topic, offset, 0).await;
+        assert_eq!(data.error_code, 0);
+        let mut records = data.records.unwrap();
+        for set in kafka_protocol::records::RecordBatchDecoder::decode_all(&mut records).unwrap() {
+            for r in set.records {
+                if r.offset >= offset {
+                    out.push(String::from_utf8(r.value.unwrap().to_vec()).unwrap());
+                    offset = r.offset + 1;
+                }
+            }
+        }
+    }
+    out
+}
+
 pub async fn create_topic(c: &mut Client, topic: &str, partitions: i32) -> i16 {
     let request = CreateTopicsRequest::default().with_topics(vec![
         create_topics_request::CreatableTopic::default()
@@ -266,4 +327,107 @@ pub async fn list_offset(c: &mut Client, topic: &str, timestamp: i64) -> (i16, i
     let response = c.call(&request, 7).await;
     let p = &response.topics[0].partitions[0];
     (p.error_code, p.offset)
+}
+
+pub const NOT_COORDINATOR: i16 = 16;
+pub const UNKNOWN_MEMBER_ID: i16 = 25;
+pub const REBALANCE_IN_PROGRESS: i16 = 27;
+pub const MEMBER_ID_REQUIRED: i16 = 79;
+
+pub fn group(g: &str) -> GroupId {
+    GroupId(kafka_protocol::protocol::StrBytes::from_string(g.to_owned()))
+}
+
+pub fn text(s: &str) -> kafka_protocol::protocol::StrBytes {
+    kafka_protocol::protocol::StrBytes::from_string(s.to_owned())
+}
+
+/// FindCoordinator for group `g`: the coordinator's node id and port.
+pub async fn coordinator_of(c: &mut Client, g: &str) -> (i32, i32) {
+    let request = FindCoordinatorRequest::default().with_key_type(0).with_coordinator_keys(vec![text(g)]);
+    let response = c.call(&request, 4).await;
+    let found = &response.coordinators[0];
+    assert_eq!(found.error_code, 0, "{:?}", found.error_message);
+    (found.node_id.0, found.port)
+}
+
+/// A JoinGroup (v5) of `member` ("" for a new one) with one "range" protocol.
+pub async fn join(c: &mut Client, g: &str, member: &str) -> JoinGroupResponse {
+    let request = JoinGroupRequest::default()
+        .with_group_id(group(g))
+        .with_session_timeout_ms(10_000)
+        .with_rebalance_timeout_ms(10_000)
+        .with_member_id(text(member))
+        .with_protocol_type(text("consumer"))
+        .with_protocols(vec![
+            join_group_request::JoinGroupRequestProtocol::default()
+                .with_name(text("range"))
+                .with_metadata(bytes::Bytes::from_static(b"subscription")),
+        ]);
+    c.call(&request, 5).await
+}
+
+/// Joins as a new member: MEMBER_ID_REQUIRED with an id, then joined with it.
+pub async fn join_new(c: &mut Client, g: &str) -> JoinGroupResponse {
+    let first = join(c, g, "").await;
+    assert_eq!(first.error_code, MEMBER_ID_REQUIRED);
+    let joined = join(c, g, &first.member_id).await;
+    assert_eq!(joined.error_code, 0);
+    joined
+}
+
+/// The SyncGroup of the leader of a group of one, assigning itself partition 0.
+pub async fn sync_alone(c: &mut Client, g: &str, member: &str, generation: i32) {
+    let sync = SyncGroupRequest::default()
+        .with_group_id(group(g))
+        .with_member_id(text(member))
+        .with_generation_id(generation)
+        .with_assignments(vec![
+            sync_group_request::SyncGroupRequestAssignment::default()
+                .with_member_id(text(member))
+                .with_assignment(bytes::Bytes::from_static(b"orders-0")),
+        ]);
+    let synced = c.call(&sync, 3).await;
+    assert_eq!((synced.error_code, &synced.assignment[..]), (0, &b"orders-0"[..]));
+}
+
+pub async fn heartbeat(c: &mut Client, g: &str, member: &str, generation: i32) -> i16 {
+    let request = HeartbeatRequest::default()
+        .with_group_id(group(g))
+        .with_member_id(text(member))
+        .with_generation_id(generation);
+    c.call(&request, 4).await.error_code
+}
+
+pub async fn commit(c: &mut Client, g: &str, member: &str, generation: i32, topic: &str, offset: i64) -> i16 {
+    let request = OffsetCommitRequest::default()
+        .with_group_id(group(g))
+        .with_member_id(text(member))
+        .with_generation_id_or_member_epoch(generation)
+        .with_topics(vec![
+            offset_commit_request::OffsetCommitRequestTopic::default()
+                .with_name(name(topic))
+                .with_partitions(vec![
+                    offset_commit_request::OffsetCommitRequestPartition::default()
+                        .with_partition_index(0)
+                        .with_committed_offset(offset),
+                ]),
+        ]);
+    c.call(&request, 8).await.topics[0].partitions[0].error_code
+}
+
+/// OffsetFetch (v8) of partition 0: the group's error and the committed offset.
+pub async fn committed(c: &mut Client, g: &str, topic: &str) -> (i16, i64) {
+    let request = OffsetFetchRequest::default().with_groups(vec![
+        offset_fetch_request::OffsetFetchRequestGroup::default().with_group_id(group(g)).with_topics(Some(
+            vec![
+                offset_fetch_request::OffsetFetchRequestTopics::default()
+                    .with_name(name(topic))
+                    .with_partition_indexes(vec![0]),
+            ],
+        )),
+    ]);
+    let response = c.call(&request, 8).await;
+    let g = &response.groups[0];
+    (g.error_code, g.topics.first().map_or(-1, |t| t.partitions[0].committed_offset))
 }
