@@ -397,7 +397,7 @@ impl Compactor {
 
     /// C3: `Get(K(L, e, c_e))`; if present, `Put` the PARQUET value keeping the key. Before it
     /// removes the last RAW record's reference, announces the range's WAL objects in the
-    /// retirement ledger. Never replaces another compaction's PARQUET record, and never puts
+    /// retirement ledger (one Put for the range). Never replaces another compaction's PARQUET record, and never puts
     /// after the deadline (the files may be reclaimed as orphans by then).
     pub async fn install(
         &self,
@@ -564,10 +564,11 @@ impl Compactor {
                 // steps of a range took effect before a failure.
                 tracing::debug!(%log_id, start, end, ?outcome, "C3 done");
                 let range = PendingRetire { start, end };
-                // C3 (this attempt's or an earlier one's) wrote the ledger entries of the
-                // range's objects before its Put, and an entry outlives its object's last
-                // naming record (it is removed only once the object is gone), so C4 writes
-                // them again only after a skipped C3: one ledger write per object per range.
+                // C3 (this attempt's or an earlier one's) announced the range's objects
+                // before its Put, and an announcement outlives its objects' last naming
+                // record (it becomes per-object entries, each removed only once its object is
+                // gone), so C4 announces them again only after a skipped C3: one ledger write
+                // per range.
                 let announced =
                     matches!(outcome, InstallOutcome::Installed | InstallOutcome::AlreadyInstalled);
                 let objects: Vec<&str> =

@@ -206,6 +206,9 @@ pub struct OpLog {
     ops: Mutex<Vec<String>>,
     /// Runs once, right after the first operation whose entry the predicate accepts.
     after: Mutex<Option<(OpPredicate, OpAction)>>,
+    /// Fails (without running it) the first metadata operation the predicate accepts, as a
+    /// crash or a lost connection right before it would.
+    fail: Mutex<Option<OpPredicate>>,
 }
 
 type OpPredicate = Box<dyn Fn(&str) -> bool + Send + Sync>;
@@ -235,6 +238,27 @@ impl OpLog {
         action: impl FnOnce() + Send + 'static,
     ) {
         *self.after.lock().unwrap() = Some((Box::new(when), Box::new(action)));
+    }
+
+    /// Fails the first metadata operation whose log entry `when` accepts: it does not run
+    /// and answers `Unavailable`.
+    pub fn fail_once(&self, when: impl Fn(&str) -> bool + Send + Sync + 'static) {
+        *self.fail.lock().unwrap() = Some(Box::new(when));
+    }
+
+    /// Whether the failure armed with [`OpLog::fail_once`] has happened (or none was armed).
+    pub fn failed(&self) -> bool {
+        self.fail.lock().unwrap().is_none()
+    }
+
+    /// Whether `op` is the one to fail (disarming it).
+    fn fails(&self, op: &str) -> bool {
+        let mut fail = self.fail.lock().unwrap();
+        if fail.as_ref().is_some_and(|when| when(op)) {
+            *fail = None;
+            return true;
+        }
+        false
     }
 
     /// Whether the action armed with [`OpLog::after`] has run (or none was armed).
@@ -289,7 +313,15 @@ impl RecordingMeta {
         }
     }
 
-    async fn record<T>(&self, op: String, call: impl std::future::Future<Output = T>) -> T {
+    async fn record<T>(
+        &self,
+        op: String,
+        call: impl std::future::Future<Output = MetaResult<T>>,
+    ) -> MetaResult<T> {
+        if self.log.fails(&op) {
+            self.log.push(format!("{op} FAILED"));
+            return Err(lakestream_meta::MetaError::Unavailable(format!("injected failure of {op}")));
+        }
         self.log.push(op.clone());
         let result = call.await;
         self.log.done(&op);
