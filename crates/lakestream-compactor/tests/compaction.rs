@@ -1091,3 +1091,58 @@ async fn a_collector_crash_between_expanding_and_deleting_an_announcement_is_rep
     assert_eq!(deleted, wal_before);
     w.close().await;
 }
+
+/// Three logs whose entries share every WAL object, on the local-filesystem store behind a
+/// counter of GETs per object: one pass fetches each object once for all three logs (one log
+/// at a time, `concurrent_logs = 1`, fetches it once per log).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_pass_fetches_each_shared_wal_object_once_for_all_its_logs() {
+    const PAYLOAD: usize = 1000;
+    for (concurrent_logs, gets_per_object) in [(8, 1), (1, 3)] {
+        let dir = tempfile::tempdir().unwrap();
+        let mut s = Stack::new();
+        let root = lakestream_objstore::ObjectRoot::new("wal", None).unwrap();
+        let local = lakestream_objstore::LocalFsStore::new(dir.path(), root).unwrap();
+        let counting = std::sync::Arc::new(common::CountingObjects::new(std::sync::Arc::new(local)));
+        s.wal = counting.clone();
+        // A batch flushes once it holds the three logs' entries of a round: one object each.
+        let w = s.writer_with(170, one_batch_of_bytes(3 * PAYLOAD));
+        let logs = [log_ref(70), log_ref(71), log_ref(72)];
+        let mut acked: Vec<Vec<lakestream_format::Entry>> = vec![Vec::new(); logs.len()];
+        for round in 0..4u8 {
+            let appends = logs.iter().enumerate().map(|(i, l)| {
+                let payload = Bytes::from(vec![round * 8 + i as u8; PAYLOAD]);
+                let w = &w;
+                async move { (payload.clone(), w.append(l.log_id, payload, 1).await.unwrap()) }
+            });
+            for (i, (payload, ack)) in futures::future::join_all(appends).await.into_iter().enumerate() {
+                acked[i].push(lakestream_format::Entry {
+                    offset: ack.offset,
+                    record_count: ack.record_count,
+                    timestamp_ms: ack.timestamp_ms,
+                    payload,
+                });
+            }
+        }
+        let objects = object_names(&s.wal).await;
+        assert_eq!(objects.len(), 4, "one object per round");
+        s.clock.advance_ms(AGE);
+        let c = s.compactor(CompactorConfig { concurrent_logs, ..test_config() }, 70);
+        counting.reset();
+        let report = c.compact_once(&logs, &no_progress).await;
+        assert_eq!((report.ranges.len(), report.failed.len()), (3, 0), "{report:?}");
+        let gets = counting.gets();
+        assert_eq!(gets.keys().cloned().collect::<Vec<_>>(), objects);
+        assert!(
+            gets.values().all(|&n| n == gets_per_object),
+            "concurrent_logs {concurrent_logs}: GETs per object {gets:?}"
+        );
+        for (log, entries) in logs.iter().zip(&acked) {
+            assert_eq!(&read_all(&s.reader(), log, 0).await, entries, "log {}", log.log_id);
+            let types: Vec<FileType> =
+                index_values(&s, log.log_id).await.iter().map(|(_, v, _)| v.file_type()).collect();
+            assert_eq!(types, [FileType::Parquet]);
+        }
+        w.close().await;
+    }
+}

@@ -464,3 +464,76 @@ impl Stack {
         Writer::start(config, deps).unwrap()
     }
 }
+
+/// An object store that counts the GETs (whole and ranged) of each object and the bytes they
+/// return, around a real store.
+#[derive(Debug)]
+pub struct CountingObjects {
+    pub inner: Arc<dyn ObjectStore>,
+    gets: Mutex<std::collections::BTreeMap<String, usize>>,
+    bytes: std::sync::atomic::AtomicU64,
+}
+
+impl CountingObjects {
+    pub fn new(inner: Arc<dyn ObjectStore>) -> CountingObjects {
+        CountingObjects { inner, gets: Mutex::default(), bytes: Default::default() }
+    }
+
+    /// GETs per object since the last reset.
+    pub fn gets(&self) -> std::collections::BTreeMap<String, usize> {
+        self.gets.lock().unwrap().clone()
+    }
+
+    /// Bytes returned by GETs since the last reset.
+    pub fn bytes(&self) -> u64 {
+        self.bytes.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    pub fn reset(&self) {
+        self.gets.lock().unwrap().clear();
+        self.bytes.store(0, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    fn count(&self, path: &ObjectPath, got: &ObjectResult<Bytes>) {
+        *self.gets.lock().unwrap().entry(path.to_string()).or_default() += 1;
+        if let Ok(b) = got {
+            self.bytes.fetch_add(b.len() as u64, std::sync::atomic::Ordering::SeqCst);
+        }
+    }
+}
+
+#[async_trait]
+impl ObjectStore for CountingObjects {
+    async fn put(&self, path: &ObjectPath, bytes: Bytes) -> ObjectResult<()> {
+        self.inner.put(path, bytes).await
+    }
+    async fn get(&self, path: &ObjectPath) -> ObjectResult<Bytes> {
+        let got = self.inner.get(path).await;
+        self.count(path, &got);
+        got
+    }
+    async fn get_range(&self, path: &ObjectPath, range: ByteRange) -> ObjectResult<Bytes> {
+        let got = self.inner.get_range(path, range).await;
+        self.count(path, &got);
+        got
+    }
+    async fn head(&self, path: &ObjectPath) -> ObjectResult<ObjectMeta> {
+        self.inner.head(path).await
+    }
+    async fn delete(&self, path: &ObjectPath) -> ObjectResult<()> {
+        self.inner.delete(path).await
+    }
+    async fn delete_many(&self, paths: &[ObjectPath]) -> ObjectResult<()> {
+        self.inner.delete_many(paths).await
+    }
+    fn list(
+        &self,
+        prefix: &ObjectPrefix,
+        start_after: Option<&ObjectPath>,
+    ) -> BoxStream<'static, ObjectResult<ObjectMeta>> {
+        self.inner.list(prefix, start_after)
+    }
+    fn write_once(&self) -> WriteOnce {
+        self.inner.write_once()
+    }
+}
