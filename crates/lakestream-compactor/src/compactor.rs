@@ -954,19 +954,25 @@ fn rows_of_record(
 
 /// Streams rows into compacted files, starting a new file past `max_file_bytes`. Payloads are
 /// copied into the row group being collected (so that it pins no WAL object); a full row
-/// group is encoded on a blocking thread while the next one is read.
+/// group is encoded on a blocking thread while the next one is collected, and its bytes go
+/// to the file's upload ([`lakestream_objstore::Upload`]: parts sent as they fill where the
+/// store streams), so no file is held whole in memory.
 struct FilesBuilder<'a> {
     compactor: &'a Compactor,
     log: &'a LogRef,
-    current: Option<OpenFile>,
+    current: Option<OpenFile<'a>>,
     written: Vec<WrittenFile>,
     payload_bytes: u64,
 }
 
-struct OpenFile {
+struct OpenFile<'a> {
     name: String,
     /// The file's writer, or the encoding of its last row group that holds it.
     data: Encoding,
+    /// The Parquet file's upload, and the bytes written to it so far.
+    upload: Box<dyn lakestream_objstore::Upload + 'a>,
+    uploaded: u64,
+    data_path: ObjectPath,
     companion: CompanionWriter,
     /// The row group being collected, and its payload bytes.
     rows: Vec<Bytes>,
@@ -975,9 +981,12 @@ struct OpenFile {
     last_offset: Offset,
 }
 
+/// An encoding task's result: the writer back, and the bytes the row group added.
+type Encoded = Result<(Box<CompactedFileWriter>, Vec<u8>), lakestream_format::FormatError>;
+
 enum Encoding {
     Idle(Box<CompactedFileWriter>),
-    Busy(tokio::task::JoinHandle<Result<Box<CompactedFileWriter>, lakestream_format::FormatError>>),
+    Busy(tokio::task::JoinHandle<Encoded>),
     /// An encoding failed; its error was returned.
     Failed,
 }
@@ -995,21 +1004,27 @@ fn writer_lost(log_id: LogId) -> CompactError {
     CompactError::Encode { log_id, what: "compacted row group", source }
 }
 
-impl OpenFile {
-    /// The writer, once the row group being encoded is done.
+impl OpenFile<'_> {
+    /// The writer, once the row group being encoded is done and its bytes are uploaded.
     async fn writer(&mut self, log_id: LogId) -> CompactResult<&mut CompactedFileWriter> {
         if let Encoding::Busy(task) = &mut self.data {
             let done = task.await;
             self.data = Encoding::Failed;
-            let writer = done
+            let (writer, bytes) = done
                 .map_err(|e| encode_task_failed(log_id, e))?
                 .map_err(|source| CompactError::Encode { log_id, what: "compacted row group", source })?;
+            self.send(Bytes::from(bytes)).await?;
             self.data = Encoding::Idle(writer);
         }
         match &mut self.data {
             Encoding::Idle(writer) => Ok(writer),
             _ => Err(writer_lost(log_id)),
         }
+    }
+
+    async fn send(&mut self, bytes: Bytes) -> CompactResult<()> {
+        self.uploaded += bytes.len() as u64;
+        self.upload.write(bytes).await.map_err(CompactError::object(&self.data_path))
     }
 
     /// Starts encoding the collected rows as one row group on a blocking thread (after the
@@ -1029,7 +1044,8 @@ impl OpenFile {
                 writer.push(payload)?;
             }
             writer.flush_row_group()?;
-            Ok(writer)
+            let bytes = writer.take_written()?;
+            Ok((writer, bytes))
         }));
         Ok(())
     }
@@ -1043,6 +1059,10 @@ impl<'a> FilesBuilder<'a> {
     fn encode_err(&self, what: &'static str) -> impl FnOnce(lakestream_format::FormatError) -> CompactError {
         let log_id = self.log.log_id;
         move |source| CompactError::Encode { log_id, what, source }
+    }
+
+    fn dir(&self) -> String {
+        format!("{}/{}", self.log.namespace, self.log.stream)
     }
 
     async fn push(&mut self, row: CompanionRow, payload: Bytes) -> CompactResult<()> {
@@ -1060,9 +1080,15 @@ impl<'a> FilesBuilder<'a> {
                 .map_err(self.encode_err("compacted file"))?;
             let companion = CompanionWriter::new(companion::WriteOptions::default())
                 .map_err(self.encode_err("companion file"))?;
+            let data_path = Compactor::object_path(format!("{}/{name}", self.dir()))?;
+            let store: &'a Arc<dyn ObjectStore> = &self.compactor.inner.deps.compacted;
+            let upload = store.start_upload(&data_path).await.map_err(CompactError::object(&data_path))?;
             self.current = Some(OpenFile {
                 name,
                 data: Encoding::Idle(Box::new(data)),
+                upload,
+                uploaded: 0,
+                data_path,
                 companion,
                 rows: Vec::new(),
                 rows_bytes: 0,
@@ -1092,34 +1118,35 @@ impl<'a> FilesBuilder<'a> {
         Ok(())
     }
 
-    /// Writes the open file and its companion: the companion first, so that a visible
+    /// Finishes the open file: its last row groups and footer go to its upload; then the
+    /// companion is written, and only then is the upload completed, so that a visible
     /// Parquet file always has its companion (both before C3, spec C2).
     async fn close_file(&mut self) -> CompactResult<()> {
         let Some(mut file) = self.current.take() else { return Ok(()) };
         let log_id = self.log.log_id;
         file.encode_rows(log_id).await?;
         file.writer(log_id).await?;
-        let Encoding::Idle(writer) = file.data else {
+        let Encoding::Idle(writer) = std::mem::replace(&mut file.data, Encoding::Failed) else {
             return Err(writer_lost(log_id));
         };
         let rows = writer.row_count();
-        let data = tokio::task::spawn_blocking(move || (*writer).finish())
+        let rest = tokio::task::spawn_blocking(move || (*writer).finish())
             .await
             .map_err(|e| encode_task_failed(log_id, e))?
             .map_err(self.encode_err("compacted file"))?;
+        file.send(Bytes::from(rest)).await?;
         let index = file.companion.finish().map_err(self.encode_err("companion file"))?;
-        let dir = format!("{}/{}", self.log.namespace, self.log.stream);
         let companion_name =
             compacted::companion_name(&file.name).map_err(self.encode_err("companion name"))?;
-        let (parquet_bytes, companion_bytes) = (data.len() as u64, index.len() as u64);
+        let (parquet_bytes, companion_bytes) = (file.uploaded, index.len() as u64);
         let store = &self.compactor.inner.deps.compacted;
-        let companion_path = Compactor::object_path(format!("{dir}/{companion_name}"))?;
+        let companion_path = Compactor::object_path(format!("{}/{companion_name}", self.dir()))?;
         store
             .put(&companion_path, Bytes::from(index))
             .await
             .map_err(CompactError::object(&companion_path))?;
-        let data_path = Compactor::object_path(format!("{dir}/{}", file.name))?;
-        store.put(&data_path, Bytes::from(data)).await.map_err(CompactError::object(&data_path))?;
+        let data_path = file.data_path.clone();
+        file.upload.complete().await.map_err(CompactError::object(&data_path))?;
         self.written.push(WrittenFile {
             name: file.name,
             last_offset: file.last_offset,

@@ -16,8 +16,8 @@ pub const MAX_RANGE_PAYLOAD: u64 = (1 << 31) - 1;
 #[serde(default, deny_unknown_fields)]
 pub struct CompactorConfig {
     /// A range closes once it holds this much payload. Default 256 MiB (Ursa's value). Larger
-    /// ranges mean fewer index records and Parquet files, but more memory per compaction (one
-    /// file of up to `max_file_bytes` is built in memory) and longer C2. At most 2³¹ − 1.
+    /// ranges mean fewer index records and Parquet files, and a longer C2 (not more memory:
+    /// files are uploaded as they are written). At most 2³¹ − 1.
     pub max_range_bytes: u64,
     /// A range closes once its oldest entry is this old, even if small. Default 180 s (Ursa's
     /// value). Lower means readers move to Parquet sooner and WAL objects are freed sooner, at
@@ -25,8 +25,9 @@ pub struct CompactorConfig {
     #[serde(with = "humantime_serde")]
     pub max_range_age: Duration,
     /// A compacted file is closed and a new one started once it holds this much payload.
-    /// Default 128 MiB. Smaller files cost more objects and index bytes; larger ones more
-    /// memory while writing.
+    /// Default 128 MiB. Smaller files cost more objects and index bytes. A file is uploaded
+    /// row group by row group where the store streams (S3, local disk), so its size does not
+    /// add to the compactor's memory there; GCS and Azure still hold a file whole.
     pub max_file_bytes: u64,
     /// Accepted for older configuration files; unused since C2 reads WAL objects itself
     /// (`fetch_bytes`). Default 8 MiB; must be at least 1.

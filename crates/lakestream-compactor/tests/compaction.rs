@@ -1105,6 +1105,10 @@ async fn one_pass_fetches_each_shared_wal_object_once_for_all_its_logs() {
         let local = lakestream_objstore::LocalFsStore::new(dir.path(), root).unwrap();
         let counting = std::sync::Arc::new(common::CountingObjects::new(std::sync::Arc::new(local)));
         s.wal = counting.clone();
+        // Compacted files stream to disk row group by row group (16-byte row groups here).
+        let compacted_root = lakestream_objstore::ObjectRoot::new("compacted", None).unwrap();
+        s.compacted =
+            std::sync::Arc::new(lakestream_objstore::LocalFsStore::new(dir.path(), compacted_root).unwrap());
         // A batch flushes once it holds the three logs' entries of a round: one object each.
         let w = s.writer_with(170, one_batch_of_bytes(3 * PAYLOAD));
         let logs = [log_ref(70), log_ref(71), log_ref(72)];
@@ -1127,7 +1131,7 @@ async fn one_pass_fetches_each_shared_wal_object_once_for_all_its_logs() {
         let objects = object_names(&s.wal).await;
         assert_eq!(objects.len(), 4, "one object per round");
         s.clock.advance_ms(AGE);
-        let c = s.compactor(CompactorConfig { concurrent_logs, ..test_config() }, 70);
+        let c = s.compactor(CompactorConfig { concurrent_logs, row_group_bytes: 16, ..test_config() }, 70);
         counting.reset();
         let report = c.compact_once(&logs, &no_progress).await;
         assert_eq!((report.ranges.len(), report.failed.len()), (3, 0), "{report:?}");
