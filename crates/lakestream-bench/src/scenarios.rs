@@ -1056,6 +1056,8 @@ async fn compact(ctx: &BenchContext) -> Result<ScenarioReport, BenchError> {
         }
         _ => {}
     };
+    // What the process holds before the compactor starts (the writer's data set behind it).
+    let rss_before = crate::sys::rss_bytes();
     let sampler = ctx.sampler(&meter, "compact", Goal::Bytes(appended.stats.bytes));
     let cpu_before = crate::sys::cpu_seconds();
     let started = Instant::now();
@@ -1169,6 +1171,9 @@ async fn compact(ctx: &BenchContext) -> Result<ScenarioReport, BenchError> {
         0.7,
         "×",
     ));
+    if let Some(before) = rss_before {
+        r.figures.push(figure("RSS when the compaction started", mib(before), "MiB"));
+    }
     // Issue #19's bound: the compactor's cache (its fetch window) + 2 row groups.
     let bound = config.fetch_bytes as u64 + 2 * config.row_group_bytes as u64;
     rss_target(&mut r, sampled.peak_rss, bound, " + compactor cache (fetch_bytes) + 2 × row group");

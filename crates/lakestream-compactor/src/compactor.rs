@@ -70,6 +70,9 @@ pub(crate) struct Inner {
     /// Compactions whose C3 may have taken effect but whose C4 did not complete: retried
     /// with the same range and value before the log is planned again (spec MUST).
     pending: Mutex<HashMap<LogId, Vec<PreparedCompaction>>>,
+    /// Row groups being encoded at once, across every log of every pass: one per core.
+    /// Encoding is CPU-bound, so more would not go faster, only hold more row groups.
+    encoders: Arc<tokio::sync::Semaphore>,
 }
 
 /// The claim on one log's compaction work: an ephemeral record in P(L).
@@ -174,6 +177,9 @@ impl Compactor {
                 binding,
                 session: tokio::sync::Mutex::new(None),
                 pending: Mutex::new(HashMap::new()),
+                encoders: Arc::new(tokio::sync::Semaphore::new(
+                    std::thread::available_parallelism().map_or(2, usize::from),
+                )),
             }),
         })
     }
@@ -1028,18 +1034,28 @@ impl OpenFile<'_> {
     }
 
     /// Starts encoding the collected rows as one row group on a blocking thread (after the
-    /// previous row group is done).
-    async fn encode_rows(&mut self, log_id: LogId) -> CompactResult<()> {
+    /// previous row group is done, and once one of the `encoders` is free).
+    async fn encode_rows(
+        &mut self,
+        log_id: LogId,
+        encoders: &Arc<tokio::sync::Semaphore>,
+    ) -> CompactResult<()> {
         if self.rows.is_empty() {
             return Ok(());
         }
         self.writer(log_id).await?;
+        let encoder = encoders.clone().acquire_owned().await.map_err(|e| {
+            let source =
+                lakestream_format::FormatError::invalid("compacted file", format!("no encoder: {e}"));
+            CompactError::Encode { log_id, what: "compacted row group", source }
+        })?;
         let rows = std::mem::take(&mut self.rows);
         self.rows_bytes = 0;
         let Encoding::Idle(mut writer) = std::mem::replace(&mut self.data, Encoding::Failed) else {
             return Err(writer_lost(log_id));
         };
         self.data = Encoding::Busy(tokio::task::spawn_blocking(move || {
+            let _encoder = encoder;
             for payload in rows {
                 writer.push(payload)?;
             }
@@ -1110,7 +1126,7 @@ impl<'a> FilesBuilder<'a> {
         file.last_offset = row.end_offset() - 1;
         self.payload_bytes += u64::from(row.entry_size);
         if file.rows_bytes >= config.row_group_bytes || file.rows.len() >= MAX_ROWS_PER_ROW_GROUP {
-            file.encode_rows(log_id).await?;
+            file.encode_rows(log_id, &self.compactor.inner.encoders).await?;
         }
         if file.payload_bytes >= config.max_file_bytes {
             self.close_file().await?;
@@ -1124,7 +1140,7 @@ impl<'a> FilesBuilder<'a> {
     async fn close_file(&mut self) -> CompactResult<()> {
         let Some(mut file) = self.current.take() else { return Ok(()) };
         let log_id = self.log.log_id;
-        file.encode_rows(log_id).await?;
+        file.encode_rows(log_id, &self.compactor.inner.encoders).await?;
         file.writer(log_id).await?;
         let Encoding::Idle(writer) = std::mem::replace(&mut file.data, Encoding::Failed) else {
             return Err(writer_lost(log_id));

@@ -7,10 +7,12 @@
 //!   where it would send nothing for PutObject); multipart uploads also declare a
 //!   full-object CRC32C. Whole-object GETs send `x-amz-checksum-mode: ENABLED` and compare
 //!   the returned full-object CRC32C with the bytes received.
-//! - **Streaming writes** ([`ObjectStore::start_upload`]): a multipart upload whose parts
-//!   (`multipart_part_size`) are sent as the data arrives, up to `multipart_concurrency` at
-//!   once, completed with the full-object CRC32C (computed as the data passes) and
-//!   `If-None-Match: *`; an upload of less than one part is one PutObject at `complete`.
+//! - **Streaming writes** ([`ObjectStore::start_upload`]): a multipart upload whose parts are
+//!   sent as the data arrives, each as soon as 5 MiB (S3's smallest part) or more are pending
+//!   (at most `multipart_part_size`), so an upload holds little unsent data; parts in flight
+//!   stay within `multipart_concurrency` × `multipart_part_size` bytes across all of the
+//!   store's uploads. Completed with the full-object CRC32C (computed as the data passes) and
+//!   `If-None-Match: *`; an upload of less than 5 MiB is one PutObject at `complete`.
 //! - **Retries** with jittered backoff ([`crate::retry`]) on throttling and transient
 //!   failures; the SDK's retries are off. **Timeouts** per attempt and per connect.
 //!
@@ -41,7 +43,7 @@ use lakestream_objstore::{
     Upload, WriteOnce,
 };
 
-use crate::config::{ConditionalPut, MAX_PARTS, S3Config};
+use crate::config::{ConditionalPut, MAX_PARTS, MIN_PART_SIZE, S3Config};
 use crate::credentials::{LazyDefaultChain, credentials_failure};
 use crate::retry::Backoff;
 
@@ -60,6 +62,9 @@ struct Inner {
     root: ObjectRoot,
     config: S3Config,
     backoff: Backoff,
+    /// KiB of streaming uploads' parts in flight, across all of the store's uploads: at most
+    /// `multipart_concurrency` × `multipart_part_size`, however many uploads run at once.
+    part_slots: Arc<tokio::sync::Semaphore>,
 }
 
 /// The base64 text of the CRC32C of `bytes`, as S3's `x-amz-checksum-crc32c` carries it
@@ -115,7 +120,12 @@ impl S3Store {
         let client = Client::from_conf(customize(builder).build());
         let backoff =
             Backoff::new(config.initial_backoff, config.max_backoff, config.max_attempts, config.retry_seed);
-        Ok(S3Store { inner: Arc::new(Inner { client, root, config, backoff }) })
+        let slots = usize::try_from(config.multipart_part_size / 1024)
+            .unwrap_or(usize::MAX)
+            .saturating_mul(config.multipart_concurrency)
+            .min(tokio::sync::Semaphore::MAX_PERMITS);
+        let part_slots = Arc::new(tokio::sync::Semaphore::new(slots));
+        Ok(S3Store { inner: Arc::new(Inner { client, root, config, backoff, part_slots }) })
     }
 
     /// The root this store writes to.
@@ -778,9 +788,15 @@ impl S3Upload {
         self.parts += 1;
         // At most 10000, checked above.
         let part_number = self.parts as i32;
+        let kib = u32::try_from(part.len().div_ceil(1024)).unwrap_or(u32::MAX);
+        let permit = self.inner.part_slots.clone().acquire_many_owned(kib).await.map_err(|e| {
+            ObjectStoreError::backend("put", &self.path, format!("the part slots are closed: {e}"))
+        })?;
         let (inner, path, key) = (self.inner.clone(), self.path.clone(), self.key.clone());
         self.sending.push_back(tokio::spawn(async move {
-            inner.upload_part(&path, &key, &upload_id, part_number, part).await
+            let sent = inner.upload_part(&path, &key, &upload_id, part_number, part).await;
+            drop(permit);
+            sent
         }));
         while self.sending.len() > self.inner.config.multipart_concurrency {
             self.wait_oldest().await?;
@@ -835,9 +851,12 @@ impl Upload for S3Upload {
         self.crc = crc32c::crc32c_append(self.crc, &bytes);
         self.pending_len += bytes.len();
         self.pending.push_back(bytes);
+        // A part as soon as S3 takes one (every part but the last is at least 5 MiB), of
+        // everything pending up to the configured part size.
         let part_size = usize::try_from(self.inner.config.multipart_part_size).unwrap_or(usize::MAX);
-        while self.pending_len >= part_size {
-            let part = self.take_pending(part_size);
+        let min_part = usize::try_from(MIN_PART_SIZE).unwrap_or(usize::MAX).min(part_size);
+        while self.pending_len >= min_part {
+            let part = self.take_pending(self.pending_len.min(part_size));
             self.send(part).await?;
         }
         Ok(())

@@ -153,6 +153,29 @@ impl ObjectStore for Counted {
     }
 }
 
+/// An upload counted as one `put` when it completes.
+struct CountedUpload<'a> {
+    inner: Box<dyn Upload + 'a>,
+    counts: &'a OperationCounts,
+}
+
+#[async_trait]
+impl Upload for CountedUpload<'_> {
+    async fn write(&mut self, bytes: Bytes) -> ObjectResult<()> {
+        self.inner.write(bytes).await
+    }
+
+    async fn complete(self: Box<Self>) -> ObjectResult<()> {
+        let result = self.inner.complete().await;
+        self.counts.record(0, &result);
+        result
+    }
+
+    async fn abort(self: Box<Self>) -> ObjectResult<()> {
+        self.inner.abort().await
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -187,28 +210,5 @@ mod tests {
                 "lakestream_object_store_operations_total{root=\"compacted\",operation=\"put\"} 0\n"
             )
         );
-    }
-}
-
-/// An upload counted as one `put` when it completes.
-struct CountedUpload<'a> {
-    inner: Box<dyn Upload + 'a>,
-    counts: &'a OperationCounts,
-}
-
-#[async_trait]
-impl Upload for CountedUpload<'_> {
-    async fn write(&mut self, bytes: Bytes) -> ObjectResult<()> {
-        self.inner.write(bytes).await
-    }
-
-    async fn complete(self: Box<Self>) -> ObjectResult<()> {
-        let result = self.inner.complete().await;
-        self.counts.record(0, &result);
-        result
-    }
-
-    async fn abort(self: Box<Self>) -> ObjectResult<()> {
-        self.inner.abort().await
     }
 }
