@@ -206,6 +206,117 @@ pub async fn raw_copies(
     .await
 }
 
+/// The compaction baseline: what the compactor's reads and writes cost with no Parquet
+/// encoding. The WAL objects are read whole, each once, up to `fetch_bytes` ahead in tasks of
+/// their own (as the compactor fetches them); each object's bytes are cut into `streams`
+/// equal slices, one per output stream (as the compactor writes one file per log of a pass,
+/// `concurrent_logs` at once); each stream writes files through streaming uploads and closes
+/// one once it holds the next size of `file_sizes` (the compactor's files, dealt round the
+/// streams). Repeated until `min_duration` has passed. Ops: files written; bytes: WAL bytes
+/// read and written.
+#[allow(clippy::too_many_arguments)] // the knobs of one measured phase, each named at the call
+pub async fn raw_compaction_copies(
+    src: Arc<dyn ObjectStore>,
+    dst: Arc<dyn ObjectStore>,
+    objects: Vec<(ObjectPath, u64)>,
+    file_sizes: Vec<u64>,
+    streams: usize,
+    fetch_bytes: u64,
+    prefix: String,
+    min_duration: Duration,
+    meter: &Arc<Meter>,
+) -> Result<OpStats, BenchError> {
+    let streams = streams.max(1);
+    let file_sizes = if file_sizes.is_empty() { vec![u64::MAX] } else { file_sizes };
+    let started = Instant::now();
+    let mut out = OpStats::default();
+    for pass in 0u64.. {
+        let mut senders = Vec::new();
+        let mut writers = Vec::new();
+        for stream in 0..streams {
+            let (tx, mut rx) = tokio::sync::mpsc::channel::<Bytes>(1);
+            senders.push(tx);
+            let (dst, prefix, file_sizes) = (dst.clone(), prefix.clone(), file_sizes.clone());
+            writers.push(async move {
+                let mut latency = Histogram::new();
+                let (mut files, mut in_file) = (0usize, 0u64);
+                let mut upload = None;
+                let mut opened = Instant::now();
+                while let Some(slice) = rx.recv().await {
+                    if upload.is_none() {
+                        let to = ObjectPath::new(format!("{prefix}/copy/{pass}-{stream}-{files}"))
+                            .map_err(err("baseline path"))?;
+                        upload = Some(dst.start_upload(&to).await.map_err(err(format!("raw upload {to}")))?);
+                        opened = Instant::now();
+                    }
+                    in_file += slice.len() as u64;
+                    if let Some(u) = upload.as_mut() {
+                        u.write(slice).await.map_err(err("raw upload write"))?;
+                    }
+                    if in_file >= file_sizes[(stream + files * streams) % file_sizes.len()] {
+                        if let Some(u) = upload.take() {
+                            u.complete().await.map_err(err("raw upload complete"))?;
+                        }
+                        latency.record(opened.elapsed());
+                        files += 1;
+                        in_file = 0;
+                    }
+                }
+                if let Some(u) = upload.take() {
+                    u.complete().await.map_err(err("raw upload complete"))?;
+                    latency.record(opened.elapsed());
+                    files += 1;
+                }
+                Ok::<_, BenchError>((files, latency))
+            });
+        }
+        let driver = async {
+            let mut window: std::collections::VecDeque<(u64, tokio::task::JoinHandle<_>)> =
+                Default::default();
+            let mut in_window = 0u64;
+            let mut next = objects.iter();
+            let mut copied = 0u64;
+            loop {
+                while window.is_empty() || in_window < fetch_bytes {
+                    let Some((path, size)) = next.next() else { break };
+                    let (src, path) = (src.clone(), path.clone());
+                    window.push_back((*size, tokio::spawn(async move { src.get(&path).await })));
+                    in_window += size;
+                }
+                let Some((size, task)) = window.pop_front() else { break };
+                in_window -= size;
+                let bytes = task
+                    .await
+                    .map_err(|e| BenchError::Operation { what: "raw GET".into(), message: e.to_string() })?
+                    .map_err(err("raw GET of a WAL object"))?;
+                let len = bytes.len();
+                for (stream, tx) in senders.iter().enumerate() {
+                    let slice = bytes.slice(stream * len / streams..(stream + 1) * len / streams);
+                    if tx.send(slice).await.is_err() {
+                        return Ok(copied); // a writer failed; its error is reported
+                    }
+                }
+                meter.add(len as u64);
+                copied += len as u64;
+            }
+            drop(senders);
+            Ok::<_, BenchError>(copied)
+        };
+        let (copied, written) = futures::future::join(driver, futures::future::join_all(writers)).await;
+        for w in written {
+            let (files, latency) = w?;
+            out.ops += files as u64;
+            out.latency.merge(&latency);
+        }
+        out.bytes += copied?;
+        if started.elapsed() >= min_duration {
+            break;
+        }
+    }
+    out.elapsed = started.elapsed();
+    Ok(out)
+}
+
 /// The partition and key prefix of baseline worker `worker`'s sequenced puts.
 fn sequence_keys(run: &str, worker: usize) -> (String, String) {
     (format!("bench-baseline-{run}-{worker}"), format!("/bench-baseline/{run}/{worker}"))
@@ -347,6 +458,26 @@ mod tests {
         let copies = raw_copies(store.clone(), store.clone(), paths, "b/r1".into(), &meter).await.unwrap();
         assert_eq!((copies.ops, copies.bytes), (10, 10_000));
         assert_eq!(list(&*store, "b/r1/copy/").await.unwrap().len(), 10);
+        // 10 objects of 1000 bytes over 3 streams, files closed at 1500 bytes or more: each
+        // stream gets a third of every object, so a file per 5 objects, two per stream.
+        let sized: Vec<(ObjectPath, u64)> =
+            list(&*store, "b/r1/put/").await.unwrap().into_iter().map(|m| (m.path, m.size)).collect();
+        let copied = raw_compaction_copies(
+            store.clone(),
+            store.clone(),
+            sized,
+            vec![1500],
+            3,
+            2500,
+            "b/r2".into(),
+            Duration::ZERO,
+            &meter,
+        )
+        .await
+        .unwrap();
+        assert_eq!((copied.ops, copied.bytes), (6, 10_000));
+        let files = list(&*store, "b/r2/copy/").await.unwrap();
+        assert_eq!(files.iter().map(|m| m.size).sum::<u64>(), 10_000);
         assert_eq!(meter.read(), (30_000, 30));
         remove_prefix(&*store, "b/r1/").await.unwrap();
         assert!(list(&*store, "").await.unwrap().is_empty());

@@ -10,15 +10,15 @@
 //!    vanishes with the session, so a crashed compactor never blocks a log for longer than
 //!    the session timeout.
 //! 2. **plan** ([`crate::plan`]), finishing interrupted C4 steps first.
-//! 3. **prepare** (C2): read the range's entries through the reader (whose object cache
-//!    serves every log of a WAL object from one fetch), write Parquet files and companions.
+//! 3. **prepare** (C2): read the range's entries from its WAL objects ([`crate::fetch`]: in a
+//!    pass over several logs, each object once for all of them, the next objects fetched
+//!    while the current row groups encode), write Parquet files and companions.
 //! 4. **finish**: under a write lease taken through the claim's session, install (C3),
 //!    retire (C4) and record progress (C5); repeat on failure; stop when the session ends
 //!    or the log is fenced.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 use bytes::Bytes;
 use lakestream_format::compacted::{self, Binding, CompactedFileWriter, KNOWN_BINDINGS};
@@ -30,10 +30,10 @@ use lakestream_format::{Clock, Entry, LogId, LogRef, Offset};
 use lakestream_meta::lease::{self, TokenSource, WriteLease};
 use lakestream_meta::{MetaError, MetaStore, PutCondition, Session};
 use lakestream_objstore::{ObjectPath, ObjectStore};
-use lakestream_reader::{Reader, ReaderDeps};
 
 use crate::config::CompactorConfig;
 use crate::error::{CompactError, CompactResult};
+use crate::fetch::{self, Fetched, LogWork};
 use crate::ledger;
 use crate::names;
 use crate::plan::{self, NextRange, PendingRetire, Planning, RangePlan, Thresholds};
@@ -66,11 +66,13 @@ pub(crate) struct Inner {
     pub(crate) config: CompactorConfig,
     pub(crate) deps: CompactorDeps,
     binding: Binding,
-    reader: Reader,
     session: tokio::sync::Mutex<Option<Arc<dyn Session>>>,
     /// Compactions whose C3 may have taken effect but whose C4 did not complete: retried
     /// with the same range and value before the log is planned again (spec MUST).
     pending: Mutex<HashMap<LogId, Vec<PreparedCompaction>>>,
+    /// Row groups being encoded at once, across every log of every pass: one per core.
+    /// Encoding is CPU-bound, so more would not go faster, only hold more row groups.
+    encoders: Arc<tokio::sync::Semaphore>,
 }
 
 /// The claim on one log's compaction work: an ephemeral record in P(L).
@@ -168,19 +170,16 @@ impl Compactor {
             .first()
             .copied()
             .ok_or_else(|| CompactError::InvalidInput("the format crate implements no binding".into()))?;
-        let reader_deps =
-            ReaderDeps { meta: deps.meta.clone(), wal: deps.wal.clone(), compacted: deps.compacted.clone() };
-        let reader = Reader::new(config.reader.clone(), reader_deps).map_err(|e| {
-            CompactError::Config(crate::config::ConfigError { field: "reader", rule: e.to_string() })
-        })?;
         Ok(Compactor {
             inner: Arc::new(Inner {
                 config,
                 deps,
                 binding,
-                reader,
                 session: tokio::sync::Mutex::new(None),
                 pending: Mutex::new(HashMap::new()),
+                encoders: Arc::new(tokio::sync::Semaphore::new(
+                    std::thread::available_parallelism().map_or(2, usize::from),
+                )),
             }),
         })
     }
@@ -269,103 +268,144 @@ impl Compactor {
     /// companions, in the stream's directory. `None` when every entry of the range ends at or
     /// below B (nothing to keep: hard trim removes those records).
     pub async fn prepare(&self, log: &LogRef, plan: &RangePlan) -> CompactResult<Option<PreparedCompaction>> {
-        // A soft trim during the read can open a gap in the entries read; the attempt then
-        // starts again above the new B (its files become orphans, reclaimed after a grace).
-        for _ in 0..PREPARE_ATTEMPTS {
-            if let Some(outcome) = self.prepare_attempt(log, plan).await? {
-                return Ok(outcome);
-            }
-        }
-        Err(corrupt(
-            log.log_id,
-            plan,
-            format!("B kept moving during {PREPARE_ATTEMPTS} attempts to read the range"),
-        ))
+        let b = records::trim_marker(self.meta(), log.log_id).await?;
+        let mut out = self.prepare_many(&[(log, plan, b)]).await;
+        out.pop().unwrap_or(Ok(None))
     }
 
-    /// One attempt of [`Compactor::prepare`]; `None` when it must start again.
-    async fn prepare_attempt(
+    /// C2 for several logs in one pass, each with its range and the trim marker B it was
+    /// planned with: every WAL object is fetched once for all the logs that need it
+    /// ([`crate::fetch`]), up to `fetch_bytes` ahead, and each log's rows go into its own
+    /// files, whose row groups encode on blocking threads. One result per log, in order.
+    pub(crate) async fn prepare_many(
         &self,
-        log: &LogRef,
-        plan: &RangePlan,
-    ) -> CompactResult<Option<Option<PreparedCompaction>>> {
+        work: &[(&LogRef, &RangePlan, Offset)],
+    ) -> Vec<CompactResult<Option<PreparedCompaction>>> {
         let started_ms = self.now_ms();
         let deadline_ms =
             started_ms.saturating_add(CompactorConfig::ms(self.inner.config.max_compaction_duration));
-        let log_id = log.log_id;
-        let mut files = FilesBuilder::new(self, log);
-        let mut next = plan.start;
-        let mut record_index = 0usize;
-        // The entries of the current record read so far: cumulative sizes are known only once
-        // the record is complete (they count back from the record's key).
-        let mut record_entries: Vec<Entry> = Vec::new();
-        let mut first = true;
-        while next < plan.end {
-            let batch =
-                self.inner.reader.read(log, next, self.inner.config.read_chunk_bytes, Duration::ZERO).await?;
-            if batch.entries.is_empty() {
-                if batch.trim_marker >= plan.end {
-                    return Ok(Some(None)); // B moved past the range while we read it
-                }
-                return Err(corrupt(log_id, plan, format!("no entry is readable at offset {next}")));
+        let works: Vec<LogWork<'_>> =
+            work.iter().map(|(log, plan, b)| LogWork { log_id: log.log_id, plan, trim_marker: *b }).collect();
+        let mut senders = Vec::with_capacity(works.len());
+        let mut consumers = Vec::with_capacity(works.len());
+        for (i, (log, plan, b)) in work.iter().enumerate() {
+            // One record's entries at a time: they are slices of a fetched object until the
+            // log copies them into its row group.
+            let (tx, rx) = tokio::sync::mpsc::channel(1);
+            senders.push(tx);
+            consumers.push(self.consume_range(log, plan, *b, works[i].first_record(), deadline_ms, rx));
+        }
+        let driver = self.drive_fetches(&works, senders);
+        let ((), results) = futures::future::join(driver, futures::future::join_all(consumers)).await;
+        results
+    }
+
+    /// Fetches the pass's WAL objects in schedule order, up to `fetch_bytes` ahead, and hands
+    /// each log the entries of its records. A failed fetch is handed to the logs that needed
+    /// it; a log that stopped (its receiver gone) is no longer fetched for.
+    async fn drive_fetches(&self, works: &[LogWork<'_>], senders: Vec<RecordSender>) {
+        let budget = self.inner.config.fetch_bytes as u64;
+        let mut schedule = fetch::schedule(works).into_iter();
+        let mut window = Window::default();
+        loop {
+            // Start fetches while within the budget (always at least one).
+            while window.tasks.is_empty() || window.bytes < budget {
+                let Some(mut f) = schedule.next() else { break };
+                f.needs.retain(|n| !senders[n.log].is_closed());
+                let Some(first) = f.needs.first() else { continue };
+                let raw = &works[first.log].plan.records[first.record].raw;
+                let file_size = raw.file_size.and_then(|s| u64::try_from(s).ok());
+                let logs = f.needs.iter().map(|n| works[n.log].log_id).collect();
+                let task = tokio::spawn(fetch::run(
+                    self.inner.deps.wal.clone(),
+                    f.object.clone(),
+                    f.whole,
+                    file_size,
+                    logs,
+                ));
+                window.bytes += f.bytes;
+                window.tasks.push_back((f, task));
             }
-            let before = next;
-            for entry in batch.entries {
-                if entry.offset >= plan.end {
-                    break;
-                }
-                if entry.end_offset() > plan.end {
-                    return Err(corrupt(
-                        log_id,
-                        plan,
-                        format!("entry at {} straddles the range end", entry.offset),
-                    ));
-                }
-                // The first entry holds max(s, B); entries before it end at or below B and
-                // may be left out. After it, entries must follow each other.
-                if !first && entry.offset != next {
-                    return Ok(None);
-                }
-                first = false;
-                next = entry.end_offset();
-                while record_index < plan.records.len() && plan.records[record_index].end < entry.end_offset()
-                {
-                    record_index += 1;
-                }
-                let Some(record) = plan.records.get(record_index) else {
-                    return Err(corrupt(
-                        log_id,
-                        plan,
-                        format!("entry at {} lies in no planned record", entry.offset),
-                    ));
+            let Some((f, task)) = window.tasks.pop_front() else { break };
+            let fetched = match task.await {
+                Ok(r) => r.map_err(Arc::new),
+                Err(e) => Err(Arc::new(CompactError::Corrupt {
+                    log_id: LogId::MAX,
+                    what: format!("WAL object {}", f.object),
+                    detail: format!("the fetch task failed: {e}"),
+                })),
+            };
+            window.bytes = window.bytes.saturating_sub(f.bytes);
+            for need in &f.needs {
+                let work = &works[need.log];
+                let record = &work.plan.records[need.record];
+                let message = match &fetched {
+                    Ok(got) => fetch::entries_of(
+                        got,
+                        work.log_id,
+                        &record.raw,
+                        record.start,
+                        record.created_ms,
+                        work.trim_marker,
+                    )
+                    .map(|entries| (need.record, entries))
+                    .map_err(|detail| CompactError::Corrupt {
+                        log_id: work.log_id,
+                        what: format!(
+                            "WAL object {} (named by the record ending at {})",
+                            f.object, record.end
+                        ),
+                        detail,
+                    }),
+                    Err(e) => Err(CompactError::Fetch { log_id: work.log_id, source: e.clone() }),
                 };
-                record_entries.push(entry);
-                if next == record.end {
-                    let rows =
-                        rows_of_record(log_id, plan, record_index, std::mem::take(&mut record_entries))?;
-                    for (row, payload) in rows {
-                        files.push(row, payload).await?;
-                    }
-                }
+                // A log that failed has dropped its receiver: nothing more for it.
+                let _ = senders[need.log].send(message).await;
             }
-            if next == before {
-                // Nothing of the range was readable at `next`: B moved past the range.
-                if batch.trim_marker >= plan.end {
-                    return Ok(Some(None));
-                }
+        }
+    }
+
+    /// One log's share of [`Compactor::prepare_many`]: its records' entries as the driver
+    /// hands them out, in order, into compacted files.
+    async fn consume_range(
+        &self,
+        log: &LogRef,
+        plan: &RangePlan,
+        b: Offset,
+        first_record: usize,
+        deadline_ms: i64,
+        mut entries: tokio::sync::mpsc::Receiver<RecordEntries>,
+    ) -> CompactResult<Option<PreparedCompaction>> {
+        let log_id = log.log_id;
+        if first_record == plan.records.len() || b >= plan.end {
+            return Ok(None); // every entry ends at or below B
+        }
+        let mut files = FilesBuilder::new(self, log);
+        let mut expected = first_record;
+        while let Some(message) = entries.recv().await {
+            let (record_index, got) = message?;
+            if record_index != expected {
                 return Err(corrupt(
                     log_id,
                     plan,
-                    format!("the reader returned no entry of the range at {next}"),
+                    format!("record {record_index} of the range was read before record {expected}"),
                 ));
             }
+            for (row, payload) in rows_of_record(log_id, plan, record_index, got)? {
+                files.push(row, payload).await?;
+            }
+            expected += 1;
+            if expected == plan.records.len() {
+                break;
+            }
         }
-        if !record_entries.is_empty() {
-            return Err(corrupt(log_id, plan, "the last entries end inside a record".into()));
+        if expected != plan.records.len() {
+            return Err(corrupt(log_id, plan, format!("the read stopped before record {expected}")));
         }
+        drop(entries);
         let (written, payload_bytes) = files.finish().await?;
         if written.is_empty() {
-            return Ok(Some(None));
+            return Ok(None);
         }
         let file_index = FileIndex::new(
             written
@@ -385,19 +425,19 @@ impl Compactor {
         let value = EntryIndex::parquet(range, &file_index)
             .map_err(|source| CompactError::Encode { log_id, what: "PARQUET record", source })?
             .encode();
-        Ok(Some(Some(PreparedCompaction {
+        Ok(Some(PreparedCompaction {
             log: log.clone(),
             plan: plan.clone(),
             files: written,
             value: Bytes::from(value),
             deadline_ms,
             payload_bytes,
-        })))
+        }))
     }
 
     /// C3: `Get(K(L, e, c_e))`; if present, `Put` the PARQUET value keeping the key. Before it
     /// removes the last RAW record's reference, announces the range's WAL objects in the
-    /// retirement ledger. Never replaces another compaction's PARQUET record, and never puts
+    /// retirement ledger (one Put for the range). Never replaces another compaction's PARQUET record, and never puts
     /// after the deadline (the files may be reclaimed as orphans by then).
     pub async fn install(
         &self,
@@ -564,10 +604,11 @@ impl Compactor {
                 // steps of a range took effect before a failure.
                 tracing::debug!(%log_id, start, end, ?outcome, "C3 done");
                 let range = PendingRetire { start, end };
-                // C3 (this attempt's or an earlier one's) wrote the ledger entries of the
-                // range's objects before its Put, and an entry outlives its object's last
-                // naming record (it is removed only once the object is gone), so C4 writes
-                // them again only after a skipped C3: one ledger write per object per range.
+                // C3 (this attempt's or an earlier one's) announced the range's objects
+                // before its Put, and an announcement outlives its objects' last naming
+                // record (it becomes per-object entries, each removed only once its object is
+                // gone), so C4 announces them again only after a skipped C3: one ledger write
+                // per range.
                 let announced =
                     matches!(outcome, InstallOutcome::Installed | InstallOutcome::AlreadyInstalled);
                 let objects: Vec<&str> =
@@ -639,48 +680,99 @@ impl Compactor {
         progress: ProgressFn<'_>,
     ) -> CompactResult<Vec<RangeReport>> {
         let claim = self.claim(log.log_id).await?;
-        let result = self.compact_claimed(&claim, log, progress).await;
+        let mut outcomes = self.compact_claimed(&[(&claim, log)], progress).await;
         claim.release(self.meta()).await;
-        result
+        outcomes.pop().unwrap_or(Ok(Vec::new()))
     }
 
+    /// Compacts every closed range of each claimed log, in rounds: each round plans every log
+    /// still in the pass (after its kept compactions and repairs), runs C2 for all their ready
+    /// ranges at once ([`Compactor::prepare_many`]: a WAL object they share is fetched once),
+    /// then C3–C5 of each. A log leaves the pass when it has no ready range or fails. One
+    /// outcome per log, in order.
     async fn compact_claimed(
         &self,
-        claim: &Claim,
-        log: &LogRef,
+        logs: &[(&Claim, &LogRef)],
         progress: ProgressFn<'_>,
-    ) -> CompactResult<Vec<RangeReport>> {
-        let log_id = log.log_id;
-        let mut reports = Vec::new();
-        let pending = self.take_pending(log_id);
-        for (i, prepared) in pending.iter().enumerate() {
-            if let Err(e) = self.finish_or_keep(claim, prepared).await {
-                self.keep_pending(pending[i + 1..].iter().cloned());
-                return Err(e);
-            }
-        }
-        // Each round compacts one range; the bound only guards against a planner that would
-        // return the same range forever.
-        for _ in 0..10_000 {
-            let (b, records, planning) = self.plan_with_marker(log_id).await?;
-            self.repair(claim, &records, &planning.repairs, progress).await?;
-            let plan = match planning.next {
-                NextRange::Ready(plan) => plan,
-                open_or_nothing => {
-                    progress(&Progress::Backlog(self.backlog(log_id, b, &open_or_nothing)));
+    ) -> Vec<CompactResult<Vec<RangeReport>>> {
+        let mut outcomes: Vec<CompactResult<Vec<RangeReport>>> =
+            logs.iter().map(|_| Ok(Vec::new())).collect();
+        let mut active: Vec<usize> = Vec::new();
+        for (i, (claim, _)) in logs.iter().enumerate() {
+            let pending = self.take_pending(claim.log_id);
+            let mut result = Ok(());
+            for (k, prepared) in pending.iter().enumerate() {
+                if let Err(e) = self.finish_or_keep(claim, prepared).await {
+                    self.keep_pending(pending[k + 1..].iter().cloned());
+                    result = Err(e);
                     break;
                 }
-            };
-            progress(&Progress::RangeStarted { log_id, start: plan.start, end: plan.end });
-            let Some(prepared) = self.prepare(log, &plan).await? else { continue };
-            tracing::debug!(%log_id, start = plan.start, end = plan.end, files = prepared.files.len(), "C2 done");
-            self.finish_or_keep(claim, &prepared).await?;
-            let report = RangeReport::of(&prepared);
-            tracing::info!(%log_id, start = plan.start, end = plan.end, files = prepared.files.len(), "compacted a range");
-            progress(&Progress::RangeCompacted(report.clone()));
-            reports.push(report);
+            }
+            match result {
+                Ok(()) => active.push(i),
+                Err(e) => outcomes[i] = Err(e),
+            }
         }
-        Ok(reports)
+        // Each round compacts one range per log; the bound only guards against a planner that
+        // would return the same range forever.
+        for _ in 0..10_000 {
+            let mut ready: Vec<(usize, Offset, RangePlan)> = Vec::new();
+            for &i in &active {
+                let (claim, log) = logs[i];
+                let planned = async {
+                    let (b, records, planning) = self.plan_with_marker(log.log_id).await?;
+                    self.repair(claim, &records, &planning.repairs, progress).await?;
+                    Ok::<_, CompactError>((b, planning.next))
+                }
+                .await;
+                match planned {
+                    Ok((b, NextRange::Ready(plan))) => {
+                        progress(&Progress::RangeStarted {
+                            log_id: log.log_id,
+                            start: plan.start,
+                            end: plan.end,
+                        });
+                        ready.push((i, b, plan));
+                    }
+                    Ok((b, open_or_nothing)) => {
+                        progress(&Progress::Backlog(self.backlog(log.log_id, b, &open_or_nothing)));
+                    }
+                    Err(e) => outcomes[i] = Err(e),
+                }
+            }
+            active = ready.iter().map(|(i, _, _)| *i).collect();
+            if ready.is_empty() {
+                break;
+            }
+            let work: Vec<(&LogRef, &RangePlan, Offset)> =
+                ready.iter().map(|(i, b, plan)| (logs[*i].1, plan, *b)).collect();
+            let prepared = self.prepare_many(&work).await;
+            for ((i, _, plan), result) in ready.iter().zip(prepared) {
+                let (claim, log) = logs[*i];
+                let finished = async {
+                    let Some(prepared) = result? else { return Ok(None) };
+                    tracing::debug!(log_id = %log.log_id, start = plan.start, end = plan.end, files = prepared.files.len(), "C2 done");
+                    self.finish_or_keep(claim, &prepared).await?;
+                    Ok::<_, CompactError>(Some(RangeReport::of(&prepared)))
+                }
+                .await;
+                match finished {
+                    Ok(Some(report)) => {
+                        tracing::info!(log_id = %log.log_id, start = plan.start, end = plan.end, files = report.files, "compacted a range");
+                        progress(&Progress::RangeCompacted(report.clone()));
+                        if let Ok(reports) = &mut outcomes[*i] {
+                            reports.push(report);
+                        }
+                    }
+                    Ok(None) => {} // B moved past the range: plan again
+                    Err(e) => {
+                        outcomes[*i] = Err(e);
+                        active.retain(|a| a != i);
+                    }
+                }
+            }
+        }
+        outcomes
     }
 
     /// What is left to compact once no range is closed: the open range's payload and the time
@@ -734,25 +826,48 @@ impl Compactor {
     }
 
     /// One pass over `logs` (the catalog resolves them): compacts every closed range of each
-    /// log. A log another compactor holds is skipped; a failing log does not stop the others.
+    /// log, `concurrent_logs` logs at a time (consecutive logs of the list, which are usually
+    /// the partitions of one stream and share WAL objects: each object is then fetched once
+    /// for all of them). A log another compactor holds is skipped; a failing log does not
+    /// stop the others.
     pub async fn compact_once(&self, logs: &[LogRef], progress: ProgressFn<'_>) -> CompactReport {
         let mut report = CompactReport::default();
-        for log in logs {
-            progress(&Progress::LogStarted { log_id: log.log_id });
-            match self.compact_log(log, progress).await {
-                Ok(ranges) => {
-                    if !ranges.is_empty() {
-                        report.logs_compacted += 1;
+        for group in logs.chunks(self.inner.config.concurrent_logs.max(1)) {
+            let mut claimed: Vec<(Claim, &LogRef)> = Vec::new();
+            for log in group {
+                progress(&Progress::LogStarted { log_id: log.log_id });
+                match self.claim(log.log_id).await {
+                    Ok(claim) => claimed.push((claim, log)),
+                    Err(CompactError::Busy { log_id }) => {
+                        report.busy.push(log_id);
+                        progress(&Progress::LogDone { log_id });
                     }
-                    report.add_ranges(ranges);
-                }
-                Err(CompactError::Busy { log_id }) => report.busy.push(log_id),
-                Err(e) => {
-                    tracing::warn!(log_id = %log.log_id, error = %e, "compaction failed");
-                    report.failed.push((log.log_id, e.to_string()));
+                    Err(e) => {
+                        tracing::warn!(log_id = %log.log_id, error = %e, "compaction failed");
+                        report.failed.push((log.log_id, e.to_string()));
+                        progress(&Progress::LogDone { log_id: log.log_id });
+                    }
                 }
             }
-            progress(&Progress::LogDone { log_id: log.log_id });
+            let refs: Vec<(&Claim, &LogRef)> = claimed.iter().map(|(c, l)| (c, *l)).collect();
+            let outcomes = self.compact_claimed(&refs, progress).await;
+            for ((claim, log), outcome) in claimed.into_iter().zip(outcomes) {
+                claim.release(self.meta()).await;
+                match outcome {
+                    Ok(ranges) => {
+                        if !ranges.is_empty() {
+                            report.logs_compacted += 1;
+                        }
+                        report.add_ranges(ranges);
+                    }
+                    Err(CompactError::Busy { log_id }) => report.busy.push(log_id),
+                    Err(e) => {
+                        tracing::warn!(log_id = %log.log_id, error = %e, "compaction failed");
+                        report.failed.push((log.log_id, e.to_string()));
+                    }
+                }
+                progress(&Progress::LogDone { log_id: log.log_id });
+            }
         }
         report
     }
@@ -774,8 +889,26 @@ pub(crate) fn ensure_live(lease: &WriteLease) -> CompactResult<()> {
 /// How many records one page of the C1 re-check's forward walk holds.
 const C1_SCAN_PAGE: usize = 256;
 
-/// How many times C2 starts again when B moves during the read.
-const PREPARE_ATTEMPTS: usize = 4;
+/// What the fetch driver hands a log: the index of one of its range's records and that
+/// record's entries (those ending above B), or why they could not be read.
+type RecordEntries = CompactResult<(usize, Vec<Entry>)>;
+type RecordSender = tokio::sync::mpsc::Sender<RecordEntries>;
+
+/// The fetches under way in a pass, in schedule order, and the bytes they bring in. Dropping
+/// it (a pass given up) aborts them.
+#[derive(Default)]
+struct Window {
+    tasks: std::collections::VecDeque<(fetch::Fetch, tokio::task::JoinHandle<CompactResult<Fetched>>)>,
+    bytes: u64,
+}
+
+impl Drop for Window {
+    fn drop(&mut self) {
+        for (_, task) in &self.tasks {
+            task.abort();
+        }
+    }
+}
 /// Row groups are cut by bytes; this bounds the per-row overhead of tiny payloads.
 const MAX_ROWS_PER_ROW_GROUP: usize = 100_000;
 
@@ -827,19 +960,25 @@ fn rows_of_record(
 
 /// Streams rows into compacted files, starting a new file past `max_file_bytes`. Payloads are
 /// copied into the row group being collected (so that it pins no WAL object); a full row
-/// group is encoded on a blocking thread while the next one is read.
+/// group is encoded on a blocking thread while the next one is collected, and its bytes go
+/// to the file's upload ([`lakestream_objstore::Upload`]: parts sent as they fill where the
+/// store streams), so no file is held whole in memory.
 struct FilesBuilder<'a> {
     compactor: &'a Compactor,
     log: &'a LogRef,
-    current: Option<OpenFile>,
+    current: Option<OpenFile<'a>>,
     written: Vec<WrittenFile>,
     payload_bytes: u64,
 }
 
-struct OpenFile {
+struct OpenFile<'a> {
     name: String,
     /// The file's writer, or the encoding of its last row group that holds it.
     data: Encoding,
+    /// The Parquet file's upload, and the bytes written to it so far.
+    upload: Box<dyn lakestream_objstore::Upload + 'a>,
+    uploaded: u64,
+    data_path: ObjectPath,
     companion: CompanionWriter,
     /// The row group being collected, and its payload bytes.
     rows: Vec<Bytes>,
@@ -848,9 +987,12 @@ struct OpenFile {
     last_offset: Offset,
 }
 
+/// An encoding task's result: the writer back, and the bytes the row group added.
+type Encoded = Result<(Box<CompactedFileWriter>, Vec<u8>), lakestream_format::FormatError>;
+
 enum Encoding {
     Idle(Box<CompactedFileWriter>),
-    Busy(tokio::task::JoinHandle<Result<Box<CompactedFileWriter>, lakestream_format::FormatError>>),
+    Busy(tokio::task::JoinHandle<Encoded>),
     /// An encoding failed; its error was returned.
     Failed,
 }
@@ -868,15 +1010,16 @@ fn writer_lost(log_id: LogId) -> CompactError {
     CompactError::Encode { log_id, what: "compacted row group", source }
 }
 
-impl OpenFile {
-    /// The writer, once the row group being encoded is done.
+impl OpenFile<'_> {
+    /// The writer, once the row group being encoded is done and its bytes are uploaded.
     async fn writer(&mut self, log_id: LogId) -> CompactResult<&mut CompactedFileWriter> {
         if let Encoding::Busy(task) = &mut self.data {
             let done = task.await;
             self.data = Encoding::Failed;
-            let writer = done
+            let (writer, bytes) = done
                 .map_err(|e| encode_task_failed(log_id, e))?
                 .map_err(|source| CompactError::Encode { log_id, what: "compacted row group", source })?;
+            self.send(Bytes::from(bytes)).await?;
             self.data = Encoding::Idle(writer);
         }
         match &mut self.data {
@@ -885,24 +1028,40 @@ impl OpenFile {
         }
     }
 
+    async fn send(&mut self, bytes: Bytes) -> CompactResult<()> {
+        self.uploaded += bytes.len() as u64;
+        self.upload.write(bytes).await.map_err(CompactError::object(&self.data_path))
+    }
+
     /// Starts encoding the collected rows as one row group on a blocking thread (after the
-    /// previous row group is done).
-    async fn encode_rows(&mut self, log_id: LogId) -> CompactResult<()> {
+    /// previous row group is done, and once one of the `encoders` is free).
+    async fn encode_rows(
+        &mut self,
+        log_id: LogId,
+        encoders: &Arc<tokio::sync::Semaphore>,
+    ) -> CompactResult<()> {
         if self.rows.is_empty() {
             return Ok(());
         }
         self.writer(log_id).await?;
+        let encoder = encoders.clone().acquire_owned().await.map_err(|e| {
+            let source =
+                lakestream_format::FormatError::invalid("compacted file", format!("no encoder: {e}"));
+            CompactError::Encode { log_id, what: "compacted row group", source }
+        })?;
         let rows = std::mem::take(&mut self.rows);
         self.rows_bytes = 0;
         let Encoding::Idle(mut writer) = std::mem::replace(&mut self.data, Encoding::Failed) else {
             return Err(writer_lost(log_id));
         };
         self.data = Encoding::Busy(tokio::task::spawn_blocking(move || {
+            let _encoder = encoder;
             for payload in rows {
                 writer.push(payload)?;
             }
             writer.flush_row_group()?;
-            Ok(writer)
+            let bytes = writer.take_written()?;
+            Ok((writer, bytes))
         }));
         Ok(())
     }
@@ -916,6 +1075,10 @@ impl<'a> FilesBuilder<'a> {
     fn encode_err(&self, what: &'static str) -> impl FnOnce(lakestream_format::FormatError) -> CompactError {
         let log_id = self.log.log_id;
         move |source| CompactError::Encode { log_id, what, source }
+    }
+
+    fn dir(&self) -> String {
+        format!("{}/{}", self.log.namespace, self.log.stream)
     }
 
     async fn push(&mut self, row: CompanionRow, payload: Bytes) -> CompactResult<()> {
@@ -933,9 +1096,15 @@ impl<'a> FilesBuilder<'a> {
                 .map_err(self.encode_err("compacted file"))?;
             let companion = CompanionWriter::new(companion::WriteOptions::default())
                 .map_err(self.encode_err("companion file"))?;
+            let data_path = Compactor::object_path(format!("{}/{name}", self.dir()))?;
+            let store: &'a Arc<dyn ObjectStore> = &self.compactor.inner.deps.compacted;
+            let upload = store.start_upload(&data_path).await.map_err(CompactError::object(&data_path))?;
             self.current = Some(OpenFile {
                 name,
                 data: Encoding::Idle(Box::new(data)),
+                upload,
+                uploaded: 0,
+                data_path,
                 companion,
                 rows: Vec::new(),
                 rows_bytes: 0,
@@ -957,7 +1126,7 @@ impl<'a> FilesBuilder<'a> {
         file.last_offset = row.end_offset() - 1;
         self.payload_bytes += u64::from(row.entry_size);
         if file.rows_bytes >= config.row_group_bytes || file.rows.len() >= MAX_ROWS_PER_ROW_GROUP {
-            file.encode_rows(log_id).await?;
+            file.encode_rows(log_id, &self.compactor.inner.encoders).await?;
         }
         if file.payload_bytes >= config.max_file_bytes {
             self.close_file().await?;
@@ -965,34 +1134,35 @@ impl<'a> FilesBuilder<'a> {
         Ok(())
     }
 
-    /// Writes the open file and its companion: the companion first, so that a visible
+    /// Finishes the open file: its last row groups and footer go to its upload; then the
+    /// companion is written, and only then is the upload completed, so that a visible
     /// Parquet file always has its companion (both before C3, spec C2).
     async fn close_file(&mut self) -> CompactResult<()> {
         let Some(mut file) = self.current.take() else { return Ok(()) };
         let log_id = self.log.log_id;
-        file.encode_rows(log_id).await?;
+        file.encode_rows(log_id, &self.compactor.inner.encoders).await?;
         file.writer(log_id).await?;
-        let Encoding::Idle(writer) = file.data else {
+        let Encoding::Idle(writer) = std::mem::replace(&mut file.data, Encoding::Failed) else {
             return Err(writer_lost(log_id));
         };
         let rows = writer.row_count();
-        let data = tokio::task::spawn_blocking(move || (*writer).finish())
+        let rest = tokio::task::spawn_blocking(move || (*writer).finish())
             .await
             .map_err(|e| encode_task_failed(log_id, e))?
             .map_err(self.encode_err("compacted file"))?;
+        file.send(Bytes::from(rest)).await?;
         let index = file.companion.finish().map_err(self.encode_err("companion file"))?;
-        let dir = format!("{}/{}", self.log.namespace, self.log.stream);
         let companion_name =
             compacted::companion_name(&file.name).map_err(self.encode_err("companion name"))?;
-        let (parquet_bytes, companion_bytes) = (data.len() as u64, index.len() as u64);
+        let (parquet_bytes, companion_bytes) = (file.uploaded, index.len() as u64);
         let store = &self.compactor.inner.deps.compacted;
-        let companion_path = Compactor::object_path(format!("{dir}/{companion_name}"))?;
+        let companion_path = Compactor::object_path(format!("{}/{companion_name}", self.dir()))?;
         store
             .put(&companion_path, Bytes::from(index))
             .await
             .map_err(CompactError::object(&companion_path))?;
-        let data_path = Compactor::object_path(format!("{dir}/{}", file.name))?;
-        store.put(&data_path, Bytes::from(data)).await.map_err(CompactError::object(&data_path))?;
+        let data_path = file.data_path.clone();
+        file.upload.complete().await.map_err(CompactError::object(&data_path))?;
         self.written.push(WrittenFile {
             name: file.name,
             last_offset: file.last_offset,

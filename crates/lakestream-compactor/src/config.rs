@@ -16,8 +16,8 @@ pub const MAX_RANGE_PAYLOAD: u64 = (1 << 31) - 1;
 #[serde(default, deny_unknown_fields)]
 pub struct CompactorConfig {
     /// A range closes once it holds this much payload. Default 256 MiB (Ursa's value). Larger
-    /// ranges mean fewer index records and Parquet files, but more memory per compaction (one
-    /// file of up to `max_file_bytes` is built in memory) and longer C2. At most 2³¹ − 1.
+    /// ranges mean fewer index records and Parquet files, and a longer C2 (not more memory:
+    /// files are uploaded as they are written). At most 2³¹ − 1.
     pub max_range_bytes: u64,
     /// A range closes once its oldest entry is this old, even if small. Default 180 s (Ursa's
     /// value). Lower means readers move to Parquet sooner and WAL objects are freed sooner, at
@@ -25,11 +25,27 @@ pub struct CompactorConfig {
     #[serde(with = "humantime_serde")]
     pub max_range_age: Duration,
     /// A compacted file is closed and a new one started once it holds this much payload.
-    /// Default 128 MiB. Smaller files cost more objects and index bytes; larger ones more
-    /// memory while writing.
+    /// Default 128 MiB. Smaller files cost more objects and index bytes. A file is uploaded
+    /// row group by row group where the store streams (S3, local disk), so its size does not
+    /// add to the compactor's memory there; GCS and Azure still hold a file whole.
     pub max_file_bytes: u64,
-    /// How much payload one read of the range asks the reader for. Default 8 MiB.
+    /// Accepted for older configuration files; unused since C2 reads WAL objects itself
+    /// (`fetch_bytes`). Default 8 MiB; must be at least 1.
     pub read_chunk_bytes: usize,
+    /// The compactor's cache: how many bytes of WAL objects (or of their sections) C2 fetches
+    /// ahead of the one it is handing out, so that reads overlap encoding. A fetched object is
+    /// handed to every log of the pass that needs it at once, then dropped: nothing is kept
+    /// for reuse, since a pass reads each object once. Default 64 MiB (at least one object is
+    /// always fetched, however large). The compactor holds about this much WAL data plus,
+    /// for each of `concurrent_logs` logs, two row groups and the part of a file being
+    /// uploaded.
+    pub fetch_bytes: usize,
+    /// How many logs one pass compacts together (consecutive logs of the list it is given,
+    /// usually the partitions of one stream, which share WAL objects): their ranges' C2 runs
+    /// at once and fetches each shared object once for all of them. Default 8; 1 compacts
+    /// log after log (each object then fetched once per log that holds it, by ranged reads
+    /// of its section when that is under a quarter of the object).
+    pub concurrent_logs: usize,
     /// A compacted file's row groups hold about this much payload. Default 4 MiB. Payloads
     /// are copied out of the WAL objects they were read from into the row group being
     /// built, which is encoded off the async runtime while the next one is read; so the
@@ -70,11 +86,8 @@ pub struct CompactorConfig {
     /// by default). Payloads that producers already compressed gain nothing from a codec:
     /// `uncompressed` then costs no CPU; `zstd` trades CPU for smaller files.
     pub codec: ParquetCodec,
-    /// Settings of the reader used to read the ranges. The compactor reads each WAL
-    /// section once, in order, so its reader needs a cache for read-ahead, not for reuse:
-    /// by default a 64 MiB object cache and 24 MiB of read-ahead (within the cache's half
-    /// for new objects) (a `[compactor.reader]`
-    /// table starts from the reader's own defaults instead).
+    /// Accepted for older configuration files (and validated); unused since C2 reads WAL
+    /// objects itself through its own fetch window (`fetch_bytes`).
     pub reader: ReaderConfig,
 }
 
@@ -111,6 +124,8 @@ impl Default for CompactorConfig {
             max_range_age: Duration::from_secs(180),
             max_file_bytes: 128 << 20,
             read_chunk_bytes: 8 << 20,
+            fetch_bytes: 64 << 20,
+            concurrent_logs: 8,
             row_group_bytes: 4 << 20,
             wal_grace: Duration::from_secs(3600),
             reader_index_cache_ttl: Duration::from_secs(600),
@@ -151,6 +166,9 @@ impl CompactorConfig {
         }
         if self.read_chunk_bytes == 0 {
             return fail("read_chunk_bytes", "must be at least 1".into());
+        }
+        if self.concurrent_logs == 0 {
+            return fail("concurrent_logs", "must be at least 1".into());
         }
         if self.row_group_bytes == 0 {
             return fail("row_group_bytes", "must be at least 1".into());
@@ -231,6 +249,7 @@ mod tests {
                 "session_timeout",
             ),
             (CompactorConfig { install_attempts: 0, ..Default::default() }, "install_attempts"),
+            (CompactorConfig { concurrent_logs: 0, ..Default::default() }, "concurrent_logs"),
         ];
         for (config, field) in cases {
             assert_eq!(config.validate().unwrap_err().field, field);

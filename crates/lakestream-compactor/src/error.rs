@@ -36,6 +36,15 @@ pub enum CompactError {
     /// Reading the range's entries failed.
     #[error(transparent)]
     Read(#[from] ReadError),
+    /// A fetch of a WAL object that several logs of a pass needed failed; each of them gets
+    /// this error.
+    #[error("log {log_id}: {source}")]
+    Fetch {
+        /// The log.
+        log_id: LogId,
+        /// The fetch's error.
+        source: std::sync::Arc<CompactError>,
+    },
     /// Encoding a compacted file, a companion or an index value failed.
     #[error("log {log_id}: encoding {what}: {source}")]
     Encode {
@@ -109,6 +118,7 @@ impl CompactError {
             CompactError::Meta { source, .. } => source.class(),
             CompactError::Object { source, .. } => source.class(),
             CompactError::Read(e) => e.class(),
+            CompactError::Fetch { source, .. } => source.class(),
             CompactError::Encode { .. } => ErrorClass::Internal,
             CompactError::Corrupt { .. } => ErrorClass::CorruptData,
             CompactError::Lease { source, .. } => source.class(),

@@ -7,7 +7,8 @@
 //! enough and (1) still holds. Since an observation of "unreferenced" comes after the last
 //! naming record was removed, the object outlives that removal by at least the grace period
 //! (spec MUST), whatever path removed the record: C3/C4, hard trim, or a log deletion by any
-//! catalog. Candidates come from the ledger (written before records are removed) and, with
+//! catalog. Candidates come from the ledger (announced before records are removed, one
+//! announcement per range, expanded into per-object entries at the start of a pass) and, with
 //! `orphan_scan`, from a listing of the WAL root: names are `yyyy/MM/dd/HH/mm/ss/{uuid}` in
 //! UTC, so the listing is time-ordered and stops at the first name younger than the grace
 //! period; that also finds objects whose index put failed and objects of deleted logs.
@@ -78,6 +79,8 @@ impl Compactor {
     pub async fn gc_once(&self, progress: ProgressFn<'_>) -> CompactResult<GcReport> {
         let mut report = GcReport::default();
         let mut refs = References::default();
+        // Announcements first, so that this pass sees their objects as entries.
+        report.announcements_expanded = ledger::expand_announcements(self.meta()).await?;
         let entries = ledger::list(self.meta()).await?;
         let grace_ms = CompactorConfig::ms(self.config().wal_grace);
         for entry in &entries {

@@ -1,18 +1,31 @@
-//! The WAL retirement ledger: one metadata record per WAL object that may have lost its last
-//! naming index record, so the collector finds candidates without listing the WAL root.
+//! The WAL retirement ledger: metadata records that name the WAL objects which may have lost
+//! their last naming index record, so the collector finds candidates without listing the WAL
+//! root. Two kinds of record, both in partition [`LEDGER_PARTITION`]:
 //!
-//! Record: key `/lakestream-wal-retired/{name}` (the object name percent-encoded, so the key
-//! has exactly two `/` and a prefix scan sees every entry in any key order), in partition
-//! [`LEDGER_PARTITION`]; value JSON `{"retired_ms": T, "unreferenced_since_ms": U | null}`.
+//! - **Announcements** (`/lakestream-wal-retirements/{retired_ms}-{hash}-{chunk}`, value
+//!   JSON `{"retired_ms": T, "objects": [...]}`): what a remover writes, **one blind Put per
+//!   range** (per [`OBJECTS_PER_ANNOUNCEMENT`] objects), before it removes the records
+//!   naming those objects. The key is a function of the time and the object names, so a
+//!   repeated announcement rewrites the same record with the same value.
+//! - **Entries** (`/lakestream-wal-retired/{name}`, the object name percent-encoded, so the
+//!   key has exactly two `/` and a prefix scan sees every entry in any key order; value
+//!   JSON `{"retired_ms": T, "unreferenced_since_ms": U | null}`): one per object, written
+//!   by the collector, which tracks each object's grace period there.
 //!
-//! - Before C4, a hard trim, or a log deletion removes RAW records, the remover writes an
-//!   entry for each WAL object they name (`retired_ms` = now, `unreferenced_since_ms` =
-//!   null). Writing it *before* the removal means a crash in between leaves an entry, never
-//!   an unreferenced object without one.
+//! - Before C3/C4, a hard trim, or a log deletion removes RAW records, the remover writes an
+//!   announcement of the WAL objects they name (`retired_ms` = now). Writing it *before* the
+//!   removal means a crash in between leaves an announcement, never an unreferenced object
+//!   without one.
+//! - The collector first expands announcements ([`expand_announcements`]): for each object an
+//!   entry with `retired_ms` raised to the announcement's and `unreferenced_since_ms` reset
+//!   to null (exactly what the remover's own per-object update used to do), and only then
+//!   deletes the announcement. A crash in between leaves the announcement, expanded again
+//!   by the next pass (idempotent).
 //! - The collector sets `unreferenced_since_ms` when it first finds that no index record
 //!   names the object, and deletes the object once that is `wal_grace` old and still true.
 //!   The grace period is therefore measured from a moment after the last naming record was
-//!   removed, however long the remover took between writing the entry and removing records.
+//!   removed, however long the remover took between writing the announcement and removing
+//!   records, and however long the announcement waited to be expanded.
 
 use bytes::Bytes;
 use lakestream_format::LogId;
@@ -24,13 +37,19 @@ use crate::error::{CompactError, CompactResult};
 
 /// The partition of the ledger records.
 pub const LEDGER_PARTITION: &str = "lakestream-gc";
-/// The key prefix of ledger records.
+/// The key prefix of ledger entries (one per WAL object).
 pub const LEDGER_PREFIX: &str = "/lakestream-wal-retired/";
+/// The key prefix of announcements (one per range, or per [`OBJECTS_PER_ANNOUNCEMENT`]
+/// objects of a range).
+pub const ANNOUNCEMENT_PREFIX: &str = "/lakestream-wal-retirements/";
+/// The most object names one announcement holds (about 60 bytes each: at most ~64 KiB a
+/// value, well within any metadata store's limit).
+pub const OBJECTS_PER_ANNOUNCEMENT: usize = 1024;
 
 /// `/` keeps the key one level deep; `%` keeps the encoding reversible.
 const ESCAPED: &AsciiSet = &CONTROLS.add(b'/').add(b'%');
 
-/// How many ledger records one announcement updates at once.
+/// How many ledger entries an expansion updates at once.
 const RETIREMENT_CONCURRENCY: usize = 16;
 
 /// How many times a conditional ledger update is retried after losing a race.
@@ -68,12 +87,46 @@ fn ledger_end() -> String {
     format!("{LEDGER_PREFIX}\u{FFFF}")
 }
 
+fn announcement_end() -> String {
+    format!("{ANNOUNCEMENT_PREFIX}\u{FFFF}")
+}
+
+/// The value of an announcement: WAL objects whose naming records a remover was about to
+/// remove at `retired_ms`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Announcement {
+    /// When the remover announced them.
+    pub retired_ms: i64,
+    /// The object names.
+    pub objects: Vec<String>,
+}
+
+/// 64-bit FNV-1a of the names, each followed by a newline: announcement keys are a function
+/// of their contents.
+fn names_hash(names: &[&str]) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for name in names {
+        for b in name.bytes().chain(std::iter::once(b'\n')) {
+            h ^= u64::from(b);
+            h = h.wrapping_mul(0x0000_0100_0000_01b3);
+        }
+    }
+    h
+}
+
+/// The key of the `chunk`-th announcement of `objects` at `retired_ms`.
+fn announcement_key(retired_ms: i64, objects: &[&str], chunk: usize) -> String {
+    format!("{ANNOUNCEMENT_PREFIX}{retired_ms:020}-{:016x}-{chunk}", names_hash(objects))
+}
+
 fn encode(value: &LedgerValue) -> Bytes {
     Bytes::from(serde_json::to_vec(value).unwrap_or_default())
 }
 
-/// Announces that records naming `objects` are about to be removed. Resets any
-/// `unreferenced_since_ms`, since a record named the object until now.
+/// Announces that records naming `objects` are about to be removed: one blind Put of an
+/// announcement per [`OBJECTS_PER_ANNOUNCEMENT`] distinct objects (so one per range in
+/// practice), all complete (or the call fails) before the caller removes any record. The
+/// collector turns announcements into per-object entries ([`expand_announcements`]).
 pub async fn record_retirements<'a>(
     meta: &dyn MetaStore,
     objects: impl IntoIterator<Item = &'a str>,
@@ -81,18 +134,95 @@ pub async fn record_retirements<'a>(
 ) -> CompactResult<()> {
     let mut seen = std::collections::BTreeSet::new();
     let objects: Vec<&str> = objects.into_iter().filter(|o| seen.insert(*o)).collect();
-    // Independent records: updated RETIREMENT_CONCURRENCY at a time, not one round trip after
-    // another. All complete (or the call fails) before the caller removes any record. (No
-    // stream of closures: held across an await, it makes the future's `Send` bound not
-    // general enough for `tokio::spawn`.)
-    for chunk in objects.chunks(RETIREMENT_CONCURRENCY) {
+    if objects.is_empty() {
+        return Ok(());
+    }
+    let mut puts = Vec::new();
+    for (chunk, names) in objects.chunks(OBJECTS_PER_ANNOUNCEMENT).enumerate() {
+        let key = announcement_key(now_ms, names, chunk);
+        let value =
+            Announcement { retired_ms: now_ms, objects: names.iter().map(|n| n.to_string()).collect() };
+        let bytes = Bytes::from(serde_json::to_vec(&value).unwrap_or_default());
+        puts.push(async move {
+            meta.put(LEDGER_PARTITION, &key, bytes, PutCondition::None)
+                .await
+                .map_err(CompactError::meta(NO_LOG, "writing a retirement announcement"))
+        });
+    }
+    futures::future::try_join_all(puts).await?;
+    Ok(())
+}
+
+/// Every announcement, in key order, with its key.
+pub async fn announcements(meta: &dyn MetaStore) -> CompactResult<Vec<(String, Announcement)>> {
+    let records = meta
+        .scan(LEDGER_PARTITION, ANNOUNCEMENT_PREFIX, &announcement_end(), None)
+        .await
+        .map_err(CompactError::meta(NO_LOG, "scanning the announcements"))?;
+    records
+        .into_iter()
+        .filter(|r| r.key.starts_with(ANNOUNCEMENT_PREFIX))
+        .map(|r| {
+            let value: Announcement =
+                serde_json::from_slice(&r.value).map_err(|e| CompactError::Corrupt {
+                    log_id: NO_LOG,
+                    what: r.key.clone(),
+                    detail: format!("value is not a retirement announcement: {e}"),
+                })?;
+            Ok((r.key, value))
+        })
+        .collect()
+}
+
+/// Turns every announcement into per-object entries, then deletes it: for each object, an
+/// entry with `retired_ms` raised to the announcement's and `unreferenced_since_ms` reset
+/// (a record named the object until the announcement). Announcements of one object are
+/// merged, so each object's entry is written once per call. Returns how many announcements
+/// were expanded. A failure leaves the announcements not yet deleted for the next call.
+pub async fn expand_announcements(meta: &dyn MetaStore) -> CompactResult<usize> {
+    let found = announcements(meta).await?;
+    if found.is_empty() {
+        return Ok(0);
+    }
+    let mut latest: std::collections::BTreeMap<&str, i64> = std::collections::BTreeMap::new();
+    for (_, a) in &found {
+        for object in &a.objects {
+            let at = latest.entry(object.as_str()).or_insert(a.retired_ms);
+            *at = (*at).max(a.retired_ms);
+        }
+    }
+    let latest: Vec<(&str, i64)> = latest.into_iter().collect();
+    for chunk in latest.chunks(RETIREMENT_CONCURRENCY) {
         let mut updates = Vec::with_capacity(chunk.len());
-        for object in chunk {
-            updates.push(announce_retirement(meta, object, now_ms));
+        for (object, retired_ms) in chunk {
+            updates.push(announce_retirement(meta, object, *retired_ms));
         }
         futures::future::try_join_all(updates).await?;
     }
-    Ok(())
+    // Only once every entry is written: a crash before this leaves the announcements.
+    for chunk in found.chunks(RETIREMENT_CONCURRENCY) {
+        let mut deletes = Vec::with_capacity(chunk.len());
+        for (key, _) in chunk {
+            deletes.push(async move {
+                meta.delete(LEDGER_PARTITION, key)
+                    .await
+                    .map_err(CompactError::meta(NO_LOG, "deleting a retirement announcement"))
+            });
+        }
+        futures::future::try_join_all(deletes).await?;
+    }
+    Ok(found.len())
+}
+
+/// The WAL objects the ledger holds as candidates: those of its entries and those of its
+/// announcements not yet expanded.
+pub async fn candidates(meta: &dyn MetaStore) -> CompactResult<std::collections::BTreeSet<String>> {
+    let mut out: std::collections::BTreeSet<String> =
+        list(meta).await?.into_iter().map(|e| e.object).collect();
+    for (_, a) in announcements(meta).await? {
+        out.extend(a.objects);
+    }
+    Ok(out)
 }
 
 async fn announce_retirement(meta: &dyn MetaStore, object: &str, now_ms: i64) -> CompactResult<()> {
@@ -213,6 +343,10 @@ mod tests {
         let meta = InMemoryStore::new();
         let name = "2026/11/30/08/00/00/u1";
         record_retirements(&meta, [name, name], 100).await.unwrap();
+        assert!(list(&meta).await.unwrap().is_empty(), "announced, not yet expanded");
+        assert_eq!(candidates(&meta).await.unwrap().into_iter().collect::<Vec<_>>(), vec![name.to_string()]);
+        assert_eq!(expand_announcements(&meta).await.unwrap(), 1);
+        assert!(announcements(&meta).await.unwrap().is_empty(), "deleted once expanded");
         let entries = list(&meta).await.unwrap();
         assert_eq!(entries.len(), 1);
         assert_eq!(entries[0].object, name);
@@ -222,6 +356,7 @@ mod tests {
         assert_eq!(list(&meta).await.unwrap()[0].value.unreferenced_since_ms, Some(200));
         // A new retirement means a record named it until now: the observation is reset.
         record_retirements(&meta, [name], 400).await.unwrap();
+        assert_eq!(expand_announcements(&meta).await.unwrap(), 1);
         assert_eq!(
             list(&meta).await.unwrap()[0].value,
             LedgerValue { retired_ms: 400, unreferenced_since_ms: None }
@@ -248,8 +383,32 @@ mod tests {
             meta.put("4", &key, Bytes::from(value), PutCondition::None).await.unwrap();
         }
         assert_eq!(announce_log_deletion(&meta, LogId(4), 50).await.unwrap(), 2);
-        let objects: Vec<String> = list(&meta).await.unwrap().into_iter().map(|e| e.object).collect();
+        let objects: Vec<String> = candidates(&meta).await.unwrap().into_iter().collect();
         assert_eq!(objects, vec!["2026/11/30/08/00/00/a", "2026/11/30/08/00/01/b"]);
+        assert_eq!(announcements(&meta).await.unwrap().len(), 1, "one announcement for the log");
+    }
+
+    #[tokio::test]
+    async fn one_announcement_per_thousand_objects_merged_on_expansion() {
+        let meta = InMemoryStore::new();
+        let names: Vec<String> =
+            (0..OBJECTS_PER_ANNOUNCEMENT + 3).map(|i| format!("2026/11/30/08/00/00/o{i}")).collect();
+        record_retirements(&meta, names.iter().map(String::as_str), 100).await.unwrap();
+        assert_eq!(announcements(&meta).await.unwrap().len(), 2);
+        // The same announcement again: the same keys, the same values.
+        record_retirements(&meta, names.iter().map(String::as_str), 100).await.unwrap();
+        assert_eq!(announcements(&meta).await.unwrap().len(), 2);
+        // A later one of a shared object: its entry takes the later time.
+        record_retirements(&meta, [names[0].as_str()], 300).await.unwrap();
+        mark_unreferenced(&meta, &names[1], 200).await.unwrap(); // an orphan scan got there first
+        assert_eq!(expand_announcements(&meta).await.unwrap(), 3);
+        let entries = list(&meta).await.unwrap();
+        assert_eq!(entries.len(), names.len());
+        let of = |n: &str| entries.iter().find(|e| e.object == n).unwrap().value;
+        assert_eq!(of(&names[0]), LedgerValue { retired_ms: 300, unreferenced_since_ms: None });
+        assert_eq!(of(&names[1]), LedgerValue { retired_ms: 200, unreferenced_since_ms: None }, "reset");
+        assert_eq!(of(&names[2]), LedgerValue { retired_ms: 100, unreferenced_since_ms: None });
+        assert_eq!(expand_announcements(&meta).await.unwrap(), 0);
     }
 
     #[tokio::test]

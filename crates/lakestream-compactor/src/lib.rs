@@ -6,6 +6,7 @@
 //! |---|---|
 //! | [`plan`] | which range to compact next (C1, closing by size or age), as a pure function |
 //! | [`compactor`] | [`Compactor`]: claim, C2 data, C3 install, C4 retire, C5 progress, `compact_once` |
+//! | `fetch` | C2's reads: each WAL object once for all the logs of a pass, fetched ahead |
 //! | [`trim`] | hard trim, deleting compacted files before the records naming them |
 //! | [`ledger`] | the WAL retirement ledger in the metadata store |
 //! | [`gc`] | `gc_once`: WAL objects after a grace period, orphaned compacted files |
@@ -32,6 +33,7 @@
 pub mod compactor;
 pub mod config;
 mod error;
+mod fetch;
 pub mod gc;
 pub mod ledger;
 pub mod names;

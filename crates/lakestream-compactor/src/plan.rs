@@ -12,6 +12,7 @@
 //!   stopped between C3 and C4; the planner reports its C4 as a repair to run first.
 
 use lakestream_format::Offset;
+use lakestream_format::entry_index::{IndexValue, RawRecord};
 
 use crate::config::MAX_RANGE_PAYLOAD;
 use crate::records::IndexRecord;
@@ -31,6 +32,8 @@ pub struct PlannedRecord {
     pub wal_object: String,
     /// Its creation timestamp.
     pub created_ms: i64,
+    /// Its value, which locates its section in the WAL object.
+    pub raw: RawRecord,
 }
 
 /// A range to compact: `[start, end)` with its cumulative sizes and the RAW records it
@@ -127,15 +130,20 @@ pub fn plan(records: &[IndexRecord], b: Offset, now_ms: i64, thresholds: Thresho
     if payload < thresholds.max_range_bytes && now_ms < closes_at_ms {
         return Planning { repairs, next: NextRange::Open { closes_at_ms, payload_bytes: payload } };
     }
+    // Every chosen record is RAW (the range stops at any other).
     let records: Vec<PlannedRecord> = chosen
         .iter()
-        .map(|r| PlannedRecord {
-            start: r.start,
-            end: r.end(),
-            cumulative_end: r.key.cumulative_size,
-            entry_size_bytes: r.value.entry_size_bytes(),
-            wal_object: r.wal_object().unwrap_or_default().to_string(),
-            created_ms: r.created_ms,
+        .filter_map(|r| match &r.value {
+            IndexValue::Raw(raw) => Some(PlannedRecord {
+                start: r.start,
+                end: r.end(),
+                cumulative_end: r.key.cumulative_size,
+                entry_size_bytes: r.value.entry_size_bytes(),
+                wal_object: raw.location.clone(),
+                created_ms: r.created_ms,
+                raw: raw.clone(),
+            }),
+            IndexValue::Parquet(_) => None,
         })
         .collect();
     let plan = RangePlan {

@@ -156,6 +156,8 @@ pub struct GcReport {
     pub still_referenced: usize,
     /// Ledger entries removed because their object was already gone.
     pub ledger_cleared: usize,
+    /// Retirement announcements turned into per-object ledger entries.
+    pub announcements_expanded: usize,
     /// Objects that could not be handled, with the error.
     pub failed: Vec<(String, String)>,
 }

@@ -473,7 +473,11 @@ async fn wal_objects_are_deleted_only_a_grace_period_after_their_last_record_wen
     let report = c.gc_once(&no_progress).await.unwrap();
     assert!(report.wal_deleted.is_empty());
     c.compact_log(&log, &no_progress).await.unwrap();
-    assert_eq!(ledger::list(s.meta.as_ref()).await.unwrap().len(), 3, "retirements announced before C3/C4");
+    assert_eq!(
+        ledger::candidates(s.meta.as_ref()).await.unwrap().len(),
+        3,
+        "retirements announced before C3/C4"
+    );
     let report = c.gc_once(&no_progress).await.unwrap();
     assert_eq!((report.marked_unreferenced, report.wal_deleted.len()), (3, 0));
     s.clock.advance_ms(3_600_000 - 1);
@@ -484,7 +488,7 @@ async fn wal_objects_are_deleted_only_a_grace_period_after_their_last_record_wen
     deleted.sort();
     assert_eq!(deleted, wal_before);
     assert!(object_names(&s.wal).await.is_empty());
-    assert!(ledger::list(s.meta.as_ref()).await.unwrap().is_empty());
+    assert!(ledger::candidates(s.meta.as_ref()).await.unwrap().is_empty());
     assert_eq!(read_all(&s.reader(), &log, 0).await, acked, "the data lives on in Parquet");
     w.close().await;
 }
@@ -511,7 +515,7 @@ async fn a_wal_object_shared_by_two_logs_waits_for_both() {
     let c = s.compactor(CompactorConfig { orphan_scan: false, ..test_config() }, 30);
     s.clock.advance_ms(AGE);
     c.compact_log(&log_ref(23), &no_progress).await.unwrap();
-    assert_eq!(ledger::list(s.meta.as_ref()).await.unwrap().len(), 1, "log 23 retired the object");
+    assert_eq!(ledger::candidates(s.meta.as_ref()).await.unwrap().len(), 1, "log 23 retired the object");
     s.clock.advance_ms(10 * 3_600_000);
     for _ in 0..3 {
         c.gc_once(&no_progress).await.unwrap();
@@ -965,4 +969,184 @@ async fn compacted_files_are_written_once_and_never_overwritten() {
     let unique: std::collections::HashSet<&String> = puts.iter().collect();
     assert_eq!(unique.len(), puts.len(), "a compacted file or companion was written twice: {puts:#?}");
     w.close().await;
+}
+
+/// The metadata-store operations of one compacted range of `objects` one-entry WAL objects:
+/// (ledger operations, point operations (every one but scans, whose pages follow the
+/// reader's read size), every operation).
+async fn ops_of_one_range(objects: usize) -> (usize, usize, Vec<String>) {
+    let (s, ops) = common::Stack::recorded();
+    let w = s.writer(160);
+    let log = log_ref(60);
+    append_n(&w, log.log_id, objects, 1, "count").await;
+    w.close().await;
+    assert_eq!(object_names(&s.wal).await.len(), objects, "one WAL object per append");
+    s.clock.advance_ms(AGE);
+    let c = s.compactor(test_config(), 60);
+    c.session().await.unwrap();
+    ops.clear();
+    let ranges = c.compact_log(&log, &no_progress).await.unwrap();
+    assert_eq!(ranges.len(), 1);
+    let all: Vec<String> = ops.ops().into_iter().filter(|op| !op.starts_with("compacted.")).collect();
+    let ledger = all.iter().filter(|op| op.contains(&format!(" {} ", ledger::LEDGER_PARTITION))).count();
+    let point = all.iter().filter(|op| !op.starts_with("meta.scan ")).count();
+    (ledger, point, all)
+}
+
+#[tokio::test]
+async fn one_ledger_write_per_range_whatever_its_number_of_wal_objects() {
+    // Before issue #19: a Get and a Put of a ledger entry per WAL object (4 objects: 8 ledger
+    // operations of 26 metadata operations; 32 objects: 64 of 83). Now one announcement per
+    // range (4 objects: 1 of 19; 32 objects: 1 of 20, the extra one a page of the reader).
+    let (ledger_4, point_4, all_4) = ops_of_one_range(4).await;
+    let (ledger_32, point_32, all_32) = ops_of_one_range(32).await;
+    eprintln!(
+        "metadata operations per range: 4 objects: {ledger_4} ledger, {} in all; 32 objects: {ledger_32} ledger, {} in all",
+        all_4.len(),
+        all_32.len()
+    );
+    assert_eq!((ledger_4, ledger_32), (1, 1), "one ledger put per range: {all_32:#?}");
+    assert!(all_32.iter().any(|op| op.starts_with("meta.put lakestream-gc /lakestream-wal-retirements/")));
+    assert_eq!(point_4, point_32, "a range's point operations do not grow with its objects: {all_32:#?}");
+}
+
+#[tokio::test]
+async fn a_crash_between_the_announcement_and_c3_keeps_every_object_until_a_later_compaction() {
+    // The announcement is written before C3's Put; a crash in between leaves an announcement
+    // of objects that RAW records still name. The collector must keep them (however long)
+    // and reclaim them a grace period after the compaction that finally removes the records.
+    let (s, ops) = common::Stack::recorded();
+    let w = s.writer(161);
+    let log = log_ref(61);
+    let config = CompactorConfig { orphan_scan: false, ..test_config() };
+    let c = s.compactor(config.clone(), 61);
+    let (claim, prepared) = claimed_and_prepared(&s, &w, &c, &log, 4).await;
+    let acked = read_all(&s.reader(), &log, 0).await;
+    let wal_before = object_names(&s.wal).await;
+    assert_eq!(wal_before.len(), 4);
+    let (mem, session) = (s.mem.clone(), c.session_id().await.unwrap());
+    ops.after(
+        |op| op.starts_with("meta.put lakestream-gc /lakestream-wal-retirements/"),
+        move || assert!(mem.expire_session(&session)),
+    );
+    let err = c.finish(&claim, &prepared).await.unwrap_err();
+    assert!(matches!(err, CompactError::SessionEnded { .. }), "{err}");
+    assert!(ops.fired());
+    let types: Vec<FileType> =
+        index_values(&s, log.log_id).await.iter().map(|(_, v, _)| v.file_type()).collect();
+    assert_eq!(types, [FileType::Raw; 4], "no C3");
+    let announced: Vec<String> = ledger::candidates(s.meta.as_ref()).await.unwrap().into_iter().collect();
+    assert_eq!(announced, wal_before);
+
+    // Named objects stay, however old their announcement.
+    s.clock.advance_ms(10 * 3_600_000);
+    let report = c.gc_once(&no_progress).await.unwrap();
+    assert_eq!((report.announcements_expanded, report.still_referenced), (1, 4), "{report:?}");
+    s.clock.advance_ms(10 * 3_600_000);
+    assert!(c.gc_once(&no_progress).await.unwrap().wal_deleted.is_empty());
+    assert_eq!(object_names(&s.wal).await, wal_before);
+    assert_eq!(read_all(&s.reader(), &log, 0).await, acked);
+
+    // A later compaction removes the records; the objects go a grace period after that.
+    let c2 = s.compactor(config, 62);
+    assert_eq!(c2.compact_log(&log, &no_progress).await.unwrap().len(), 1);
+    let report = c2.gc_once(&no_progress).await.unwrap();
+    assert_eq!((report.announcements_expanded, report.marked_unreferenced), (1, 4), "{report:?}");
+    s.clock.advance_ms(3_600_000 - 1);
+    assert!(c2.gc_once(&no_progress).await.unwrap().wal_deleted.is_empty(), "one ms short of the grace");
+    s.clock.advance_ms(1);
+    let mut deleted = c2.gc_once(&no_progress).await.unwrap().wal_deleted;
+    deleted.sort();
+    assert_eq!(deleted, wal_before);
+    assert!(ledger::candidates(s.meta.as_ref()).await.unwrap().is_empty());
+    assert_eq!(read_all(&s.reader(), &log, 0).await, acked, "the data lives on in Parquet");
+    w.close().await;
+}
+
+#[tokio::test]
+async fn a_collector_crash_between_expanding_and_deleting_an_announcement_is_repeated() {
+    // The collector deletes an announcement only after its per-object entries are written;
+    // a failure in between leaves it, and the next pass expands it again.
+    let (s, ops) = common::Stack::recorded();
+    let w = s.writer(162);
+    let log = log_ref(63);
+    append_n(&w, log.log_id, 3, 1, "gc").await;
+    s.clock.advance_ms(AGE);
+    let c = s.compactor(CompactorConfig { orphan_scan: false, ..test_config() }, 63);
+    c.compact_log(&log, &no_progress).await.unwrap();
+    let wal_before = object_names(&s.wal).await;
+    ops.fail_once(|op| op.starts_with("meta.delete lakestream-gc /lakestream-wal-retirements/"));
+    c.gc_once(&no_progress).await.unwrap_err();
+    assert!(ops.failed());
+    assert_eq!(ledger::list(s.meta.as_ref()).await.unwrap().len(), 3, "the entries were written");
+    assert_eq!(ledger::announcements(s.meta.as_ref()).await.unwrap().len(), 1, "the announcement stays");
+    let report = c.gc_once(&no_progress).await.unwrap();
+    assert_eq!((report.announcements_expanded, report.marked_unreferenced), (1, 3), "{report:?}");
+    assert!(ledger::announcements(s.meta.as_ref()).await.unwrap().is_empty());
+    s.clock.advance_ms(3_600_000 - 1);
+    assert!(c.gc_once(&no_progress).await.unwrap().wal_deleted.is_empty());
+    s.clock.advance_ms(1);
+    let mut deleted = c.gc_once(&no_progress).await.unwrap().wal_deleted;
+    deleted.sort();
+    assert_eq!(deleted, wal_before);
+    w.close().await;
+}
+
+/// Three logs whose entries share every WAL object, on the local-filesystem store behind a
+/// counter of GETs per object: one pass fetches each object once for all three logs (one log
+/// at a time, `concurrent_logs = 1`, fetches it once per log).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_pass_fetches_each_shared_wal_object_once_for_all_its_logs() {
+    const PAYLOAD: usize = 1000;
+    for (concurrent_logs, gets_per_object) in [(8, 1), (1, 3)] {
+        let dir = tempfile::tempdir().unwrap();
+        let mut s = Stack::new();
+        let root = lakestream_objstore::ObjectRoot::new("wal", None).unwrap();
+        let local = lakestream_objstore::LocalFsStore::new(dir.path(), root).unwrap();
+        let counting = std::sync::Arc::new(common::CountingObjects::new(std::sync::Arc::new(local)));
+        s.wal = counting.clone();
+        // Compacted files stream to disk row group by row group (16-byte row groups here).
+        let compacted_root = lakestream_objstore::ObjectRoot::new("compacted", None).unwrap();
+        s.compacted =
+            std::sync::Arc::new(lakestream_objstore::LocalFsStore::new(dir.path(), compacted_root).unwrap());
+        // A batch flushes once it holds the three logs' entries of a round: one object each.
+        let w = s.writer_with(170, one_batch_of_bytes(3 * PAYLOAD));
+        let logs = [log_ref(70), log_ref(71), log_ref(72)];
+        let mut acked: Vec<Vec<lakestream_format::Entry>> = vec![Vec::new(); logs.len()];
+        for round in 0..4u8 {
+            let appends = logs.iter().enumerate().map(|(i, l)| {
+                let payload = Bytes::from(vec![round * 8 + i as u8; PAYLOAD]);
+                let w = &w;
+                async move { (payload.clone(), w.append(l.log_id, payload, 1).await.unwrap()) }
+            });
+            for (i, (payload, ack)) in futures::future::join_all(appends).await.into_iter().enumerate() {
+                acked[i].push(lakestream_format::Entry {
+                    offset: ack.offset,
+                    record_count: ack.record_count,
+                    timestamp_ms: ack.timestamp_ms,
+                    payload,
+                });
+            }
+        }
+        let objects = object_names(&s.wal).await;
+        assert_eq!(objects.len(), 4, "one object per round");
+        s.clock.advance_ms(AGE);
+        let c = s.compactor(CompactorConfig { concurrent_logs, row_group_bytes: 16, ..test_config() }, 70);
+        counting.reset();
+        let report = c.compact_once(&logs, &no_progress).await;
+        assert_eq!((report.ranges.len(), report.failed.len()), (3, 0), "{report:?}");
+        let gets = counting.gets();
+        assert_eq!(gets.keys().cloned().collect::<Vec<_>>(), objects);
+        assert!(
+            gets.values().all(|&n| n == gets_per_object),
+            "concurrent_logs {concurrent_logs}: GETs per object {gets:?}"
+        );
+        for (log, entries) in logs.iter().zip(&acked) {
+            assert_eq!(&read_all(&s.reader(), log, 0).await, entries, "log {}", log.log_id);
+            let types: Vec<FileType> =
+                index_values(&s, log.log_id).await.iter().map(|(_, v, _)| v.file_type()).collect();
+            assert_eq!(types, [FileType::Parquet]);
+        }
+        w.close().await;
+    }
 }

@@ -290,7 +290,19 @@ impl CompactedFileWriter {
         Ok(())
     }
 
-    /// Writes the remaining rows and the footer, and returns the file's bytes.
+    /// The file's bytes written so far and not yet taken (after [`Self::flush_row_group`],
+    /// everything up to the end of that row group), for a caller that uploads the file while
+    /// writing it: the file is the concatenation of every `take_written` and of what
+    /// [`Self::finish`] returns. Offsets in the footer count every byte, taken or not.
+    pub fn take_written(&mut self) -> Result<Vec<u8>> {
+        self.writer
+            .flush()
+            .map_err(|e| FormatError::invalid(STRUCTURE, format!("Parquet write failed: {e}")))?;
+        Ok(std::mem::take(self.writer.inner_mut()))
+    }
+
+    /// Writes the remaining rows and the footer, and returns the file's bytes (those not
+    /// taken by [`Self::take_written`]).
     pub fn finish(mut self) -> Result<Vec<u8>> {
         self.write_row_group()?;
         self.writer
@@ -706,6 +718,35 @@ mod tests {
             KAFKA_BINDING.avro_schema(),
             r#"{"type":"record","name":"KafkaMessage","fields":[{"name":"payload","type":["null","bytes"],"default":null}]}"#
         );
+    }
+
+    #[test]
+    fn a_file_taken_row_group_by_row_group_is_the_same_file() {
+        let payloads: Vec<Bytes> = (0..10u8).map(|i| Bytes::from(vec![i; 1000 + usize::from(i)])).collect();
+        let options = WriteOptions { max_rows_per_row_group: usize::MAX, ..WriteOptions::default() };
+        let whole = {
+            let mut w = CompactedFileWriter::new(KAFKA_BINDING, "a.parquet", options).unwrap();
+            for (i, p) in payloads.iter().enumerate() {
+                w.push(p.clone()).unwrap();
+                if i % 3 == 2 {
+                    w.flush_row_group().unwrap();
+                }
+            }
+            w.finish().unwrap()
+        };
+        let mut w = CompactedFileWriter::new(KAFKA_BINDING, "a.parquet", options).unwrap();
+        let mut taken = w.take_written().unwrap(); // the magic bytes
+        for (i, p) in payloads.iter().enumerate() {
+            w.push(p.clone()).unwrap();
+            if i % 3 == 2 {
+                w.flush_row_group().unwrap();
+                taken.extend(w.take_written().unwrap());
+            }
+        }
+        taken.extend(w.finish().unwrap());
+        assert_eq!(taken, whole);
+        let reader = CompactedFileReader::open(Bytes::from(taken), KNOWN_BINDINGS).unwrap();
+        assert_eq!(reader.read_payloads(0..10).unwrap(), payloads);
     }
 
     #[test]

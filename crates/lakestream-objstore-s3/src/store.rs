@@ -7,6 +7,12 @@
 //!   where it would send nothing for PutObject); multipart uploads also declare a
 //!   full-object CRC32C. Whole-object GETs send `x-amz-checksum-mode: ENABLED` and compare
 //!   the returned full-object CRC32C with the bytes received.
+//! - **Streaming writes** ([`ObjectStore::start_upload`]): a multipart upload whose parts are
+//!   sent as the data arrives, each as soon as 5 MiB (S3's smallest part) or more are pending
+//!   (at most `multipart_part_size`), so an upload holds little unsent data; parts in flight
+//!   stay within `multipart_concurrency` × `multipart_part_size` bytes across all of the
+//!   store's uploads. Completed with the full-object CRC32C (computed as the data passes) and
+//!   `If-None-Match: *`; an upload of less than 5 MiB is one PutObject at `complete`.
 //! - **Retries** with jittered backoff ([`crate::retry`]) on throttling and transient
 //!   failures; the SDK's retries are off. **Timeouts** per attempt and per connect.
 //!
@@ -34,10 +40,10 @@ use bytes::Bytes;
 use futures::stream::{self, BoxStream, StreamExt, TryStreamExt};
 use lakestream_objstore::{
     ByteRange, ObjectMeta, ObjectPath, ObjectPrefix, ObjectResult, ObjectRoot, ObjectStore, ObjectStoreError,
-    WriteOnce,
+    Upload, WriteOnce,
 };
 
-use crate::config::{ConditionalPut, MAX_PARTS, S3Config};
+use crate::config::{ConditionalPut, MAX_PARTS, MIN_PART_SIZE, S3Config};
 use crate::credentials::{LazyDefaultChain, credentials_failure};
 use crate::retry::Backoff;
 
@@ -56,6 +62,9 @@ struct Inner {
     root: ObjectRoot,
     config: S3Config,
     backoff: Backoff,
+    /// KiB of streaming uploads' parts in flight, across all of the store's uploads: at most
+    /// `multipart_concurrency` × `multipart_part_size`, however many uploads run at once.
+    part_slots: Arc<tokio::sync::Semaphore>,
 }
 
 /// The base64 text of the CRC32C of `bytes`, as S3's `x-amz-checksum-crc32c` carries it
@@ -111,7 +120,12 @@ impl S3Store {
         let client = Client::from_conf(customize(builder).build());
         let backoff =
             Backoff::new(config.initial_backoff, config.max_backoff, config.max_attempts, config.retry_seed);
-        Ok(S3Store { inner: Arc::new(Inner { client, root, config, backoff }) })
+        let slots = usize::try_from(config.multipart_part_size / 1024)
+            .unwrap_or(usize::MAX)
+            .saturating_mul(config.multipart_concurrency)
+            .min(tokio::sync::Semaphore::MAX_PERMITS);
+        let part_slots = Arc::new(tokio::sync::Semaphore::new(slots));
+        Ok(S3Store { inner: Arc::new(Inner { client, root, config, backoff, part_slots }) })
     }
 
     /// The root this store writes to.
@@ -297,6 +311,16 @@ impl Inner {
                 reason: format!("{} bytes need {part_count} parts, more than S3's 10000", bytes.len()),
             });
         }
+        let upload_id = self.create_upload(path, key).await?;
+        let uploaded = self.upload_parts_and_complete(path, key, &upload_id, bytes, part_count).await;
+        if uploaded.is_err() {
+            self.abort_upload(key, &upload_id).await;
+        }
+        uploaded
+    }
+
+    /// CreateMultipartUpload with a full-object CRC32C: the upload id.
+    async fn create_upload(&self, path: &ObjectPath, key: &str) -> ObjectResult<String> {
         let (created, _) = self
             .retrying(|| async {
                 self.client
@@ -310,25 +334,19 @@ impl Inner {
                     .map_err(|e| classify(&e, "put", path.as_str(), false))
             })
             .await;
-        let upload_id = created?.upload_id.ok_or_else(|| {
+        created?.upload_id.ok_or_else(|| {
             ObjectStoreError::backend("put", path, "CreateMultipartUpload returned no upload id")
-        })?;
+        })
+    }
 
-        let uploaded = self.upload_parts_and_complete(path, key, &upload_id, bytes, part_count).await;
-        if uploaded.is_err() {
-            // Best effort: an unfinished upload costs storage until a lifecycle rule or this
-            // abort removes it. The object itself never becomes visible.
-            let abort = self
-                .client
-                .abort_multipart_upload()
-                .bucket(self.root.bucket())
-                .key(key)
-                .upload_id(&upload_id);
-            if let Err(e) = abort.send().await {
-                tracing::warn!(%key, error = %DisplayErrorContext(&e), "could not abort multipart upload");
-            }
+    /// Best effort: an unfinished upload costs storage until a lifecycle rule or this abort
+    /// removes it. The object itself never becomes visible.
+    async fn abort_upload(&self, key: &str, upload_id: &str) {
+        let abort =
+            self.client.abort_multipart_upload().bucket(self.root.bucket()).key(key).upload_id(upload_id);
+        if let Err(e) = abort.send().await {
+            tracing::warn!(%key, error = %DisplayErrorContext(&e), "could not abort multipart upload");
         }
-        uploaded
     }
 
     async fn upload_parts_and_complete(
@@ -351,7 +369,18 @@ impl Inner {
             .buffered(self.config.multipart_concurrency)
             .try_collect()
             .await?;
-        let whole_checksum = crc32c_base64(&bytes);
+        self.complete_upload(path, key, upload_id, parts, &crc32c_base64(&bytes)).await
+    }
+
+    /// CompleteMultipartUpload with the whole object's CRC32C and `If-None-Match: *`.
+    async fn complete_upload(
+        &self,
+        path: &ObjectPath,
+        key: &str,
+        upload_id: &str,
+        parts: Vec<CompletedPart>,
+        whole_checksum: &str,
+    ) -> ObjectResult<()> {
         let (result, earlier) = self
             .retrying(|| async {
                 self.client
@@ -362,7 +391,7 @@ impl Inner {
                     .multipart_upload(
                         CompletedMultipartUpload::builder().set_parts(Some(parts.clone())).build(),
                     )
-                    .checksum_crc32_c(&whole_checksum)
+                    .checksum_crc32_c(whole_checksum)
                     .checksum_type(ChecksumType::FullObject)
                     .set_if_none_match(self.if_none_match())
                     .send()
@@ -676,5 +705,189 @@ impl ObjectStore for S3Store {
 
     fn write_once(&self) -> WriteOnce {
         self.inner.config.conditional_put.write_once()
+    }
+
+    async fn start_upload<'a>(&'a self, path: &ObjectPath) -> ObjectResult<Box<dyn Upload + 'a>> {
+        let key = self.inner.root.key_of(path)?;
+        Ok(Box::new(S3Upload {
+            inner: self.inner.clone(),
+            path: path.clone(),
+            key,
+            pending: std::collections::VecDeque::new(),
+            pending_len: 0,
+            crc: 0,
+            upload_id: None,
+            sending: std::collections::VecDeque::new(),
+            sent: Vec::new(),
+            parts: 0,
+            finished: false,
+        }))
+    }
+}
+
+/// A streaming write ([`ObjectStore::start_upload`]): a multipart upload created with the
+/// first full part, each part sent in a task of its own as soon as it is full.
+struct S3Upload {
+    inner: Arc<Inner>,
+    path: ObjectPath,
+    key: String,
+    /// Bytes not yet sent, and how many.
+    pending: std::collections::VecDeque<Bytes>,
+    pending_len: usize,
+    /// The CRC32C of every byte written so far.
+    crc: u32,
+    upload_id: Option<String>,
+    /// Parts being sent, in part order.
+    sending: std::collections::VecDeque<tokio::task::JoinHandle<ObjectResult<CompletedPart>>>,
+    /// Parts sent.
+    sent: Vec<CompletedPart>,
+    /// Parts started.
+    parts: u64,
+    /// Completed or aborted: nothing to clean up on drop.
+    finished: bool,
+}
+
+impl S3Upload {
+    /// The first `len` pending bytes as one part.
+    fn take_pending(&mut self, len: usize) -> Bytes {
+        if self.pending.front().is_some_and(|b| b.len() == len) {
+            self.pending_len -= len;
+            return self.pending.pop_front().unwrap_or_default();
+        }
+        let mut part = bytes::BytesMut::with_capacity(len);
+        while part.len() < len {
+            let Some(mut piece) = self.pending.pop_front() else { break };
+            let wanted = len - part.len();
+            if piece.len() > wanted {
+                let rest = piece.split_off(wanted);
+                self.pending.push_front(rest);
+            }
+            part.extend_from_slice(&piece);
+        }
+        self.pending_len -= part.len();
+        part.freeze()
+    }
+
+    /// Starts sending `part` (creating the upload first if need be), then waits while more
+    /// than `multipart_concurrency` parts are in flight.
+    async fn send(&mut self, part: Bytes) -> ObjectResult<()> {
+        let upload_id = match &self.upload_id {
+            Some(id) => id.clone(),
+            None => {
+                let id = self.inner.create_upload(&self.path, &self.key).await?;
+                self.upload_id = Some(id.clone());
+                id
+            }
+        };
+        if self.parts >= MAX_PARTS {
+            return Err(ObjectStoreError::InvalidConfig {
+                field: "multipart_part_size",
+                reason: format!("the upload of {} needs more than S3's 10000 parts", self.path),
+            });
+        }
+        self.parts += 1;
+        // At most 10000, checked above.
+        let part_number = self.parts as i32;
+        let kib = u32::try_from(part.len().div_ceil(1024)).unwrap_or(u32::MAX);
+        let permit = self.inner.part_slots.clone().acquire_many_owned(kib).await.map_err(|e| {
+            ObjectStoreError::backend("put", &self.path, format!("the part slots are closed: {e}"))
+        })?;
+        let (inner, path, key) = (self.inner.clone(), self.path.clone(), self.key.clone());
+        self.sending.push_back(tokio::spawn(async move {
+            let sent = inner.upload_part(&path, &key, &upload_id, part_number, part).await;
+            drop(permit);
+            sent
+        }));
+        while self.sending.len() > self.inner.config.multipart_concurrency {
+            self.wait_oldest().await?;
+        }
+        Ok(())
+    }
+
+    async fn wait_oldest(&mut self) -> ObjectResult<()> {
+        let Some(task) = self.sending.pop_front() else { return Ok(()) };
+        let part = task.await.map_err(|e| {
+            ObjectStoreError::backend("put", &self.path, format!("a part's upload task failed: {e}"))
+        })??;
+        self.sent.push(part);
+        Ok(())
+    }
+
+    async fn finish(&mut self) -> ObjectResult<()> {
+        let Some(upload_id) = self.upload_id.clone() else {
+            // Less than one part in all: one PutObject (or the buffered multipart path).
+            let whole = self.take_pending(self.pending_len);
+            return if whole.len() as u64 > self.inner.config.multipart_threshold {
+                self.inner.put_multipart(&self.path, &self.key, whole).await
+            } else {
+                self.inner.put_single(&self.path, &self.key, whole).await
+            };
+        };
+        if self.pending_len > 0 {
+            let last = self.take_pending(self.pending_len);
+            self.send(last).await?;
+        }
+        while !self.sending.is_empty() {
+            self.wait_oldest().await?;
+        }
+        let whole_checksum = BASE64.encode(self.crc.to_be_bytes());
+        let parts = std::mem::take(&mut self.sent);
+        self.inner.complete_upload(&self.path, &self.key, &upload_id, parts, &whole_checksum).await
+    }
+
+    fn stop_sending(&mut self) {
+        for task in self.sending.drain(..) {
+            task.abort();
+        }
+    }
+}
+
+#[async_trait]
+impl Upload for S3Upload {
+    async fn write(&mut self, bytes: Bytes) -> ObjectResult<()> {
+        if bytes.is_empty() {
+            return Ok(());
+        }
+        self.crc = crc32c::crc32c_append(self.crc, &bytes);
+        self.pending_len += bytes.len();
+        self.pending.push_back(bytes);
+        // A part as soon as S3 takes one (every part but the last is at least 5 MiB), of
+        // everything pending up to the configured part size.
+        let part_size = usize::try_from(self.inner.config.multipart_part_size).unwrap_or(usize::MAX);
+        let min_part = usize::try_from(MIN_PART_SIZE).unwrap_or(usize::MAX).min(part_size);
+        while self.pending_len >= min_part {
+            let part = self.take_pending(self.pending_len.min(part_size));
+            self.send(part).await?;
+        }
+        Ok(())
+    }
+
+    async fn complete(mut self: Box<Self>) -> ObjectResult<()> {
+        let result = self.finish().await;
+        self.finished = result.is_ok();
+        result // on failure, the drop aborts the upload
+    }
+
+    async fn abort(mut self: Box<Self>) -> ObjectResult<()> {
+        self.finished = true;
+        self.stop_sending();
+        if let Some(upload_id) = self.upload_id.take() {
+            self.inner.abort_upload(&self.key, &upload_id).await;
+        }
+        Ok(())
+    }
+}
+
+impl Drop for S3Upload {
+    fn drop(&mut self) {
+        if self.finished {
+            return;
+        }
+        self.stop_sending();
+        if let (Some(upload_id), Ok(runtime)) = (self.upload_id.take(), tokio::runtime::Handle::try_current())
+        {
+            let (inner, key) = (self.inner.clone(), self.key.clone());
+            runtime.spawn(async move { inner.abort_upload(&key, &upload_id).await });
+        }
     }
 }

@@ -19,7 +19,7 @@ use lakestream_format::{Clock, ErrorClass, SystemClock};
 use crate::error::ObjectStoreError;
 use crate::path::{ObjectPath, ObjectPrefix};
 use crate::range::ByteRange;
-use crate::store::{ObjectMeta, ObjectStore, WriteOnce};
+use crate::store::{ObjectMeta, ObjectStore, Upload, WriteOnce};
 
 /// Runs every check, each with a store from `store_factory` and a unique prefix.
 pub async fn run_all<F, Fut>(store_factory: F)
@@ -48,6 +48,9 @@ where
     check!(list_pages_through_every_object_in_order);
     check!(list_prefix_is_not_segment_aware);
     check!(list_resumes_after_a_path);
+    check!(uploads_become_visible_whole_at_complete);
+    check!(aborted_and_dropped_uploads_leave_nothing);
+    check!(uploads_refuse_to_overwrite);
 }
 
 /// A prefix no earlier run used: wall-clock ms, process id and a counter.
@@ -330,4 +333,79 @@ pub async fn list_resumes_after_a_path(store: &dyn ObjectStore, prefix: &ObjectP
     let not_an_object = at(prefix, "03x");
     let after = list_all(store, &ObjectPrefix::from(prefix), Some(&not_an_object)).await;
     assert_eq!(after.into_iter().map(|m| m.path).collect::<Vec<_>>(), paths[4..].to_vec());
+}
+
+/// Size of the object [`uploads_become_visible_whole_at_complete`] streams: above two S3
+/// parts of the smallest size (5 MiB), so that a streaming backend sends several parts.
+const STREAMED_SIZE: usize = 11 << 20 | 5;
+
+/// `start_upload`: pieces of any size, written one after another, read back as one object,
+/// which no `head`, `get` or `list` sees before `complete`; an upload of nothing is an empty
+/// object.
+pub async fn uploads_become_visible_whole_at_complete(store: &dyn ObjectStore, prefix: &ObjectPath) {
+    let path = at(prefix, "streamed");
+    let whole = patterned(STREAMED_SIZE);
+    let mut upload = store.start_upload(&path).await.unwrap_or_else(|e| panic!("start_upload {path}: {e}"));
+    let cuts = [0, 1, 4096, 3 << 20, (5 << 20) + 7, 10 << 20, STREAMED_SIZE];
+    for piece in cuts.windows(2) {
+        upload.write(whole.slice(piece[0]..piece[1])).await.unwrap_or_else(|e| panic!("write {path}: {e}"));
+        upload.write(Bytes::new()).await.unwrap_or_else(|e| panic!("empty write {path}: {e}"));
+    }
+    assert!(
+        matches!(store.head(&path).await, Err(ObjectStoreError::NotFound { .. })),
+        "an upload is invisible before complete"
+    );
+    let listed = list_all(store, &ObjectPrefix::new(prefix.as_str()).expect("prefix"), None).await;
+    assert!(listed.is_empty(), "an upload is not listed before complete: {listed:?}");
+    upload.complete().await.unwrap_or_else(|e| panic!("complete {path}: {e}"));
+    let read = store.get(&path).await.unwrap_or_else(|e| panic!("get {path}: {e}"));
+    assert_eq!(read.len(), whole.len(), "get {path} returns the whole streamed object");
+    assert!(read == whole, "get {path} returns the pieces in order");
+    assert_eq!(store.head(&path).await.expect("head").size, whole.len() as u64);
+
+    let empty = at(prefix, "empty");
+    store.start_upload(&empty).await.expect("start_upload").complete().await.expect("complete");
+    assert_eq!(store.get(&empty).await.expect("get"), Bytes::new());
+}
+
+/// An aborted upload, and one dropped without `complete`, leave no object.
+pub async fn aborted_and_dropped_uploads_leave_nothing(store: &dyn ObjectStore, prefix: &ObjectPath) {
+    let aborted = at(prefix, "aborted");
+    let mut upload = store.start_upload(&aborted).await.expect("start_upload");
+    upload.write(patterned(1000)).await.expect("write");
+    upload.abort().await.expect("abort");
+    let dropped = at(prefix, "dropped");
+    let mut upload: Box<dyn Upload + '_> = store.start_upload(&dropped).await.expect("start_upload");
+    upload.write(patterned(1000)).await.expect("write");
+    drop(upload);
+    for path in [aborted, dropped] {
+        assert!(
+            matches!(store.head(&path).await, Err(ObjectStoreError::NotFound { .. })),
+            "{path}: no object after an upload given up"
+        );
+    }
+    let listed = list_all(store, &ObjectPrefix::new(prefix.as_str()).expect("prefix"), None).await;
+    assert!(listed.is_empty(), "nothing listed after uploads given up: {listed:?}");
+}
+
+/// `complete` keeps `put`'s write-once promise: on a name taken (before the upload started,
+/// or while it ran) it fails with `AlreadyExists` and leaves the object unchanged.
+pub async fn uploads_refuse_to_overwrite(store: &dyn ObjectStore, prefix: &ObjectPath) {
+    if store.write_once() == WriteOnce::Unenforced {
+        return;
+    }
+    for taken_during in [false, true] {
+        let path = at(prefix, if taken_during { "taken-during" } else { "taken-before" });
+        if !taken_during {
+            store.put(&path, Bytes::from_static(b"first")).await.expect("first put");
+        }
+        let mut upload = store.start_upload(&path).await.expect("start_upload");
+        upload.write(Bytes::from_static(b"second")).await.expect("write");
+        if taken_during {
+            store.put(&path, Bytes::from_static(b"first")).await.expect("first put");
+        }
+        let err = upload.complete().await.expect_err("complete on a taken name must fail");
+        assert!(matches!(err, ObjectStoreError::AlreadyExists { .. }), "expected AlreadyExists, got {err}");
+        assert_eq!(store.get(&path).await.expect("get"), Bytes::from_static(b"first"), "object unchanged");
+    }
 }

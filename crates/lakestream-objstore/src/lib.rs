@@ -4,6 +4,7 @@
 //! | item | what it is |
 //! |---|---|
 //! | [`ObjectStore`] | the trait; object-safe, used as `Arc<dyn ObjectStore>` |
+//! | [`Upload`] | an object written piece by piece, visible whole at `complete` |
 //! | [`ObjectPath`], [`ObjectPrefix`], [`ObjectRoot`] | validated names; a root is a bucket plus a key prefix |
 //! | [`ByteRange`] | `Bounded(start..end)`, `From(start)`, `Suffix(n)` |
 //! | [`ObjectStoreError`] | errors, each with an [`ErrorClass`](lakestream_format::ErrorClass) |
@@ -46,4 +47,4 @@ pub use local::LocalFsStore;
 pub use memory::InMemoryStore;
 pub use path::{ObjectPath, ObjectPrefix, ObjectRoot};
 pub use range::ByteRange;
-pub use store::{ObjectMeta, ObjectStore, WriteOnce};
+pub use store::{ObjectMeta, ObjectStore, Upload, WriteOnce};

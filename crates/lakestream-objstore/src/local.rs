@@ -17,6 +17,9 @@
 //! 4. The parent directory is `fsync`ed so the new name is durable, then the temporary name
 //!    is removed.
 //!
+//! A streaming write ([`ObjectStore::start_upload`]) appends each piece to the temporary
+//! file as it comes and takes steps 2–4 at `complete`.
+//!
 //! A crash between steps 1 and 4 can leave a file in `.lakestream-tmp/`; it is never listed
 //! or read, and can be removed by an operator when no writer is running. Deleting an object
 //! leaves its (possibly empty) directories in place.
@@ -35,7 +38,7 @@ use futures::stream::{self, BoxStream, StreamExt};
 use crate::error::{ObjectResult, ObjectStoreError};
 use crate::path::{ObjectPath, ObjectPrefix, ObjectRoot};
 use crate::range::ByteRange;
-use crate::store::{ObjectMeta, ObjectStore, WriteOnce};
+use crate::store::{ObjectMeta, ObjectStore, Upload, WriteOnce};
 
 /// The directory below the bucket that holds objects being written. Keys whose first
 /// segment is this name cannot be stored by this backend.
@@ -113,22 +116,29 @@ impl Inner {
         let (temp, mut temp_file) = self.create_temp_file().map_err(|e| io_error("put", path, &e))?;
         let result = (|| {
             temp_file.write_all(bytes).map_err(|e| io_error("put", path, &e))?;
-            temp_file.sync_all().map_err(|e| io_error("put", path, &e))?;
-            drop(temp_file);
-            let parent = file.parent().unwrap_or(&self.bucket_dir);
-            create_dirs_durably(parent).map_err(|e| io_error("put", path, &e))?;
-            match fs::hard_link(&temp, &file) {
-                Ok(()) => {}
-                Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
-                    return Err(ObjectStoreError::already_exists(path));
-                }
-                Err(e) => return Err(io_error("put", path, &e)),
-            }
-            sync_dir(parent).map_err(|e| io_error("put", path, &e))
+            self.publish(path, &temp, temp_file)
         })();
         // The temporary name is only scaffolding: whether or not the link succeeded, it goes.
         let _ = fs::remove_file(&temp);
         result
+    }
+
+    /// Steps 1 (the `fsync`) to 4 for a temporary file holding the whole object; the caller
+    /// removes the temporary name.
+    fn publish(&self, path: &ObjectPath, temp: &Path, temp_file: File) -> ObjectResult<()> {
+        let file = self.file_of(path)?;
+        temp_file.sync_all().map_err(|e| io_error("put", path, &e))?;
+        drop(temp_file);
+        let parent = file.parent().unwrap_or(&self.bucket_dir);
+        create_dirs_durably(parent).map_err(|e| io_error("put", path, &e))?;
+        match fs::hard_link(temp, &file) {
+            Ok(()) => {}
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
+                return Err(ObjectStoreError::already_exists(path));
+            }
+            Err(e) => return Err(io_error("put", path, &e)),
+        }
+        sync_dir(parent).map_err(|e| io_error("put", path, &e))
     }
 
     fn create_temp_file(&self) -> io::Result<(PathBuf, File)> {
@@ -347,6 +357,69 @@ impl ObjectStore for LocalFsStore {
 
     fn write_once(&self) -> WriteOnce {
         WriteOnce::Atomic
+    }
+
+    async fn start_upload<'a>(&'a self, path: &ObjectPath) -> ObjectResult<Box<dyn Upload + 'a>> {
+        self.inner.file_of(path)?; // a reserved or foreign name fails now, not at the end
+        let name = path.clone();
+        let (temp, file) = self
+            .blocking("put", path.to_string(), move |inner| {
+                inner.create_temp_file().map_err(|e| io_error("put", &name, &e))
+            })
+            .await?;
+        Ok(Box::new(LocalUpload { store: self.clone(), path: path.clone(), temp, file: Some(file) }))
+    }
+}
+
+/// A streaming write: the pieces go to a temporary file, linked into place at `complete`.
+struct LocalUpload {
+    store: LocalFsStore,
+    path: ObjectPath,
+    temp: PathBuf,
+    /// `None` while a piece is being written (or once completed).
+    file: Option<File>,
+}
+
+impl LocalUpload {
+    fn file(&mut self) -> ObjectResult<File> {
+        self.file.take().ok_or_else(|| {
+            ObjectStoreError::backend("put", &self.path, "an earlier write of this upload failed")
+        })
+    }
+}
+
+#[async_trait]
+impl Upload for LocalUpload {
+    async fn write(&mut self, bytes: Bytes) -> ObjectResult<()> {
+        let mut file = self.file()?;
+        let path = self.path.clone();
+        let file = self
+            .store
+            .blocking("put", path.to_string(), move |_| {
+                file.write_all(&bytes).map_err(|e| io_error("put", &path, &e))?;
+                Ok(file)
+            })
+            .await?;
+        self.file = Some(file);
+        Ok(())
+    }
+
+    async fn complete(mut self: Box<Self>) -> ObjectResult<()> {
+        let file = self.file()?;
+        let (path, temp) = (self.path.clone(), self.temp.clone());
+        // Dropping `self` removes the temporary name, linked or not.
+        self.store.blocking("put", path.to_string(), move |inner| inner.publish(&path, &temp, file)).await
+    }
+
+    async fn abort(self: Box<Self>) -> ObjectResult<()> {
+        Ok(()) // the drop removes the temporary file
+    }
+}
+
+impl Drop for LocalUpload {
+    fn drop(&mut self) {
+        self.file = None;
+        let _ = fs::remove_file(&self.temp);
     }
 }
 

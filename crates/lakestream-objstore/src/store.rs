@@ -98,4 +98,69 @@ pub trait ObjectStore: Send + Sync + Debug {
 
     /// How far this backend enforces write-once `put`.
     fn write_once(&self) -> WriteOnce;
+
+    /// Starts writing a new object at `path` piece by piece ([`Upload`]): for a large object
+    /// produced bit by bit (a compacted file, row group after row group), so that it need not
+    /// be held in memory whole. The object becomes visible only at [`Upload::complete`], whole
+    /// and with `put`'s write-once promise; never if the upload is aborted or dropped.
+    ///
+    /// The default holds every piece in memory and `put`s the whole at `complete` (no
+    /// streaming, the same memory as `put`). Streaming backends: [`crate::LocalFsStore`] (a
+    /// temporary file, linked into place at `complete`) and the S3 backend (a multipart
+    /// upload, a part sent as each `multipart_part_size` of data arrives).
+    async fn start_upload<'a>(&'a self, path: &ObjectPath) -> ObjectResult<Box<dyn Upload + 'a>> {
+        Ok(Box::new(BufferedUpload { store: self, path: path.clone(), pieces: Vec::new() }))
+    }
+}
+
+/// An object being written piece by piece ([`ObjectStore::start_upload`]).
+#[async_trait]
+pub trait Upload: Send {
+    /// Appends `bytes` to the object. May send a part (and wait for an earlier one to finish,
+    /// to bound the memory held).
+    async fn write(&mut self, bytes: Bytes) -> ObjectResult<()>;
+
+    /// Makes the object visible, whole, with the write-once promise of
+    /// [`ObjectStore::put`] (`AlreadyExists` when the name is taken).
+    async fn complete(self: Box<Self>) -> ObjectResult<()>;
+
+    /// Gives the upload up: nothing becomes visible, and what was sent is freed (best effort).
+    /// Dropping an upload without completing it does the same, in the background.
+    async fn abort(self: Box<Self>) -> ObjectResult<()>;
+}
+
+/// [`ObjectStore::start_upload`]'s default: the pieces in memory, one `put` at `complete`.
+struct BufferedUpload<'a, S: ObjectStore + ?Sized> {
+    store: &'a S,
+    path: ObjectPath,
+    pieces: Vec<Bytes>,
+}
+
+#[async_trait]
+impl<S: ObjectStore + ?Sized> Upload for BufferedUpload<'_, S> {
+    async fn write(&mut self, bytes: Bytes) -> ObjectResult<()> {
+        if !bytes.is_empty() {
+            self.pieces.push(bytes);
+        }
+        Ok(())
+    }
+
+    async fn complete(self: Box<Self>) -> ObjectResult<()> {
+        let whole = match self.pieces.len() {
+            0 => Bytes::new(),
+            1 => self.pieces[0].clone(),
+            _ => {
+                let mut joined = bytes::BytesMut::with_capacity(self.pieces.iter().map(Bytes::len).sum());
+                for piece in &self.pieces {
+                    joined.extend_from_slice(piece);
+                }
+                joined.freeze()
+            }
+        };
+        self.store.put(&self.path, whole).await
+    }
+
+    async fn abort(self: Box<Self>) -> ObjectResult<()> {
+        Ok(())
+    }
 }

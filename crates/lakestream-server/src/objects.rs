@@ -12,7 +12,7 @@ use async_trait::async_trait;
 use bytes::Bytes;
 use futures::stream::BoxStream;
 use lakestream_objstore::{
-    ByteRange, ObjectMeta, ObjectPath, ObjectPrefix, ObjectResult, ObjectStore, WriteOnce,
+    ByteRange, ObjectMeta, ObjectPath, ObjectPrefix, ObjectResult, ObjectStore, Upload, WriteOnce,
 };
 
 /// The operations counted, in the order of [`OperationCounts::counts`].
@@ -137,6 +137,42 @@ impl ObjectStore for Counted {
 
     fn write_once(&self) -> WriteOnce {
         self.inner.write_once()
+    }
+
+    /// The inner store's upload (streaming where it streams), counted as one `put` when it
+    /// completes or fails to start.
+    async fn start_upload<'a>(&'a self, path: &ObjectPath) -> ObjectResult<Box<dyn Upload + 'a>> {
+        match self.inner.start_upload(path).await {
+            Ok(inner) => Ok(Box::new(CountedUpload { inner, counts: &self.counts })),
+            Err(e) => {
+                self.counts.counts[0].fetch_add(1, Ordering::Relaxed);
+                self.counts.errors[0].fetch_add(1, Ordering::Relaxed);
+                Err(e)
+            }
+        }
+    }
+}
+
+/// An upload counted as one `put` when it completes.
+struct CountedUpload<'a> {
+    inner: Box<dyn Upload + 'a>,
+    counts: &'a OperationCounts,
+}
+
+#[async_trait]
+impl Upload for CountedUpload<'_> {
+    async fn write(&mut self, bytes: Bytes) -> ObjectResult<()> {
+        self.inner.write(bytes).await
+    }
+
+    async fn complete(self: Box<Self>) -> ObjectResult<()> {
+        let result = self.inner.complete().await;
+        self.counts.record(0, &result);
+        result
+    }
+
+    async fn abort(self: Box<Self>) -> ObjectResult<()> {
+        self.inner.abort().await
     }
 }
 

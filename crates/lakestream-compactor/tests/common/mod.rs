@@ -206,6 +206,9 @@ pub struct OpLog {
     ops: Mutex<Vec<String>>,
     /// Runs once, right after the first operation whose entry the predicate accepts.
     after: Mutex<Option<(OpPredicate, OpAction)>>,
+    /// Fails (without running it) the first metadata operation the predicate accepts, as a
+    /// crash or a lost connection right before it would.
+    fail: Mutex<Option<OpPredicate>>,
 }
 
 type OpPredicate = Box<dyn Fn(&str) -> bool + Send + Sync>;
@@ -235,6 +238,27 @@ impl OpLog {
         action: impl FnOnce() + Send + 'static,
     ) {
         *self.after.lock().unwrap() = Some((Box::new(when), Box::new(action)));
+    }
+
+    /// Fails the first metadata operation whose log entry `when` accepts: it does not run
+    /// and answers `Unavailable`.
+    pub fn fail_once(&self, when: impl Fn(&str) -> bool + Send + Sync + 'static) {
+        *self.fail.lock().unwrap() = Some(Box::new(when));
+    }
+
+    /// Whether the failure armed with [`OpLog::fail_once`] has happened (or none was armed).
+    pub fn failed(&self) -> bool {
+        self.fail.lock().unwrap().is_none()
+    }
+
+    /// Whether `op` is the one to fail (disarming it).
+    fn fails(&self, op: &str) -> bool {
+        let mut fail = self.fail.lock().unwrap();
+        if fail.as_ref().is_some_and(|when| when(op)) {
+            *fail = None;
+            return true;
+        }
+        false
     }
 
     /// Whether the action armed with [`OpLog::after`] has run (or none was armed).
@@ -289,7 +313,15 @@ impl RecordingMeta {
         }
     }
 
-    async fn record<T>(&self, op: String, call: impl std::future::Future<Output = T>) -> T {
+    async fn record<T>(
+        &self,
+        op: String,
+        call: impl std::future::Future<Output = MetaResult<T>>,
+    ) -> MetaResult<T> {
+        if self.log.fails(&op) {
+            self.log.push(format!("{op} FAILED"));
+            return Err(lakestream_meta::MetaError::Unavailable(format!("injected failure of {op}")));
+        }
         self.log.push(op.clone());
         let result = call.await;
         self.log.done(&op);
@@ -430,5 +462,78 @@ impl Stack {
             tokens: Arc::new(SeededTokens::new(seed)),
         };
         Writer::start(config, deps).unwrap()
+    }
+}
+
+/// An object store that counts the GETs (whole and ranged) of each object and the bytes they
+/// return, around a real store.
+#[derive(Debug)]
+pub struct CountingObjects {
+    pub inner: Arc<dyn ObjectStore>,
+    gets: Mutex<std::collections::BTreeMap<String, usize>>,
+    bytes: std::sync::atomic::AtomicU64,
+}
+
+impl CountingObjects {
+    pub fn new(inner: Arc<dyn ObjectStore>) -> CountingObjects {
+        CountingObjects { inner, gets: Mutex::default(), bytes: Default::default() }
+    }
+
+    /// GETs per object since the last reset.
+    pub fn gets(&self) -> std::collections::BTreeMap<String, usize> {
+        self.gets.lock().unwrap().clone()
+    }
+
+    /// Bytes returned by GETs since the last reset.
+    pub fn bytes(&self) -> u64 {
+        self.bytes.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    pub fn reset(&self) {
+        self.gets.lock().unwrap().clear();
+        self.bytes.store(0, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    fn count(&self, path: &ObjectPath, got: &ObjectResult<Bytes>) {
+        *self.gets.lock().unwrap().entry(path.to_string()).or_default() += 1;
+        if let Ok(b) = got {
+            self.bytes.fetch_add(b.len() as u64, std::sync::atomic::Ordering::SeqCst);
+        }
+    }
+}
+
+#[async_trait]
+impl ObjectStore for CountingObjects {
+    async fn put(&self, path: &ObjectPath, bytes: Bytes) -> ObjectResult<()> {
+        self.inner.put(path, bytes).await
+    }
+    async fn get(&self, path: &ObjectPath) -> ObjectResult<Bytes> {
+        let got = self.inner.get(path).await;
+        self.count(path, &got);
+        got
+    }
+    async fn get_range(&self, path: &ObjectPath, range: ByteRange) -> ObjectResult<Bytes> {
+        let got = self.inner.get_range(path, range).await;
+        self.count(path, &got);
+        got
+    }
+    async fn head(&self, path: &ObjectPath) -> ObjectResult<ObjectMeta> {
+        self.inner.head(path).await
+    }
+    async fn delete(&self, path: &ObjectPath) -> ObjectResult<()> {
+        self.inner.delete(path).await
+    }
+    async fn delete_many(&self, paths: &[ObjectPath]) -> ObjectResult<()> {
+        self.inner.delete_many(paths).await
+    }
+    fn list(
+        &self,
+        prefix: &ObjectPrefix,
+        start_after: Option<&ObjectPath>,
+    ) -> BoxStream<'static, ObjectResult<ObjectMeta>> {
+        self.inner.list(prefix, start_after)
+    }
+    fn write_once(&self) -> WriteOnce {
+        self.inner.write_once()
     }
 }
