@@ -62,9 +62,9 @@ pub struct TablesConfig {
     pub interval: Duration,
     /// How much payload one read of a compacted range asks the reader for. Default 8 MiB.
     pub read_chunk_bytes: usize,
-    /// The most offsets of one log committed in one snapshot; a longer backlog is committed
-    /// in several. Default 10,000,000.
-    pub max_offsets_per_commit: u64,
+    /// The most payload of one log read for one commit; a longer backlog is committed in
+    /// several. Default 256 MiB (the entries and the files being built are held in memory).
+    pub max_commit_bytes: u64,
 }
 
 impl Default for TablesConfig {
@@ -82,7 +82,7 @@ impl Default for TablesConfig {
             commit_attempts: 4,
             interval: Duration::from_secs(30),
             read_chunk_bytes: 8 << 20,
-            max_offsets_per_commit: 10_000_000,
+            max_commit_bytes: 256 << 20,
         }
     }
 }
@@ -165,8 +165,8 @@ impl TablesConfig {
         if self.read_chunk_bytes < 64 << 10 {
             return Err(invalid("read_chunk_bytes", "must be at least 64 KiB"));
         }
-        if self.max_offsets_per_commit == 0 {
-            return Err(invalid("max_offsets_per_commit", "must be at least 1"));
+        if self.max_commit_bytes < 1 << 20 {
+            return Err(invalid("max_commit_bytes", "must be at least 1 MiB"));
         }
         if needs_catalog {
             self.database()?;

@@ -387,6 +387,8 @@ pub struct Metrics {
     pub events_in_flight: AtomicU64,
     /// The compactor role's progress and each log's backlog.
     pub compaction: CompactionMetrics,
+    /// Streams as Iceberg tables: commits, rows, failures, lag.
+    pub tables: crate::tables::TableMetrics,
     /// Consumer groups' lag per partition.
     pub group_lag: GroupLagMetrics,
     /// The HTTP listener's connections.
@@ -630,6 +632,7 @@ impl Metrics {
             &self.events_in_flight,
         );
         self.compaction.render(&mut out);
+        self.tables.render(&mut out);
         self.group_lag.render(&mut out);
         let _ = writeln!(
             out,
