@@ -132,11 +132,11 @@ PROPERTIES
 }
 
 install_python_tools() {
-  if [ -x "$PYENV_DIR/bin/python" ] && "$PYENV_DIR/bin/python" -c 'import pyarrow, kafka, confluent_kafka, cloudevents.core, openapi_spec_validator' 2>/dev/null; then
+  if [ -x "$PYENV_DIR/bin/python" ] && "$PYENV_DIR/bin/python" -c 'import pyarrow, kafka, confluent_kafka, cloudevents.core, openapi_spec_validator, pyiceberg.catalog.sql, psycopg2, duckdb' 2>/dev/null; then
     return 0
   fi
-  log "creating the Python test environment in $PYENV_DIR (pyarrow, kafka-python, confluent-kafka, cloudevents, openapi-spec-validator)"
-  python3 -m venv "$PYENV_DIR"
+  log "creating the Python test environment in $PYENV_DIR (pyarrow, kafka-python, confluent-kafka, cloudevents, openapi-spec-validator, pyiceberg, duckdb)"
+  [ -x "$PYENV_DIR/bin/python" ] || python3 -m venv "$PYENV_DIR"
   "$PYENV_DIR/bin/pip" install --quiet --disable-pip-version-check -r "$(dirname "${BASH_SOURCE[0]}")/../tests/python/requirements.txt"
 }
 

@@ -20,6 +20,9 @@ use crate::config::{Database, TablesConfig, redact};
 use crate::error::{TablesError, TablesResult};
 use crate::storage::{ObjectStoreStorage, ObjectStoreStorageFactory};
 
+/// How long connecting the catalog's database may take at start.
+pub const CONNECT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+
 /// Connects the configured catalog; an error names `tables.uri` when the database cannot be
 /// reached or set up.
 pub async fn connect(
@@ -41,18 +44,22 @@ pub async fn connect(
         // Few connections: one committer per process, a handful of tables at a time.
         ("pool.max-connections".to_owned(), "4".to_owned()),
     ]);
-    let catalog = SqlCatalogBuilder::default()
+    let unreachable = |why: String| TablesError::Config {
+        key: "tables.uri".into(),
+        message: format!(
+            "cannot open the {:?} catalog on {}: {why}",
+            config.catalog,
+            redact(config.uri.as_deref().unwrap_or_default())
+        ),
+    };
+    let load = SqlCatalogBuilder::default()
         .with_storage_factory(Arc::new(ObjectStoreStorageFactory::new(storage)))
-        .load(config.catalog_name.clone(), props)
+        .load(config.catalog_name.clone(), props);
+    // The pool would keep trying an unreachable server for 30 s.
+    let catalog = tokio::time::timeout(CONNECT_TIMEOUT, load)
         .await
-        .map_err(|e| TablesError::Config {
-            key: "tables.uri".into(),
-            message: format!(
-                "cannot open the {:?} catalog on {}: {e}",
-                config.catalog,
-                redact(config.uri.as_deref().unwrap_or_default())
-            ),
-        })?;
+        .map_err(|_| unreachable(format!("no answer within {CONNECT_TIMEOUT:?}")))?
+        .map_err(|e| unreachable(e.to_string()))?;
     Ok(Arc::new(catalog))
 }
 
