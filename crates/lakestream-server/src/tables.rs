@@ -16,7 +16,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -47,69 +47,6 @@ pub struct TablesRole {
 
 /// The prefix of the committer's per-log claims, in P(L).
 pub const CLAIM_PREFIX: &str = "/lakestream-table-claims/";
-
-/// Counters of the committer, for `/metrics`.
-#[derive(Debug, Default)]
-pub struct TableMetrics {
-    /// Snapshots committed.
-    pub commits: AtomicU64,
-    /// Rows committed.
-    pub rows: AtomicU64,
-    /// Ranges committed.
-    pub ranges: AtomicU64,
-    /// Stream commits that failed (retried on the next pass).
-    pub failures: AtomicU64,
-    /// Kafka entries that did not decode (written as one row each).
-    pub undecodable_entries: AtomicU64,
-    /// Compacted offsets not yet in their tables, summed over the logs, at the last pass.
-    pub lag_offsets: AtomicU64,
-}
-
-impl TableMetrics {
-    pub(crate) fn render(&self, out: &mut String) {
-        use std::fmt::Write;
-        let rows = [
-            (
-                "lakestream_table_commits_total",
-                "counter",
-                "Iceberg table snapshots committed.",
-                &self.commits,
-            ),
-            ("lakestream_table_rows_total", "counter", "Rows committed to Iceberg tables.", &self.rows),
-            (
-                "lakestream_table_ranges_total",
-                "counter",
-                "Log offset ranges committed to Iceberg tables.",
-                &self.ranges,
-            ),
-            (
-                "lakestream_table_commit_failures_total",
-                "counter",
-                "Table commits that failed (retried on the next pass).",
-                &self.failures,
-            ),
-            (
-                "lakestream_table_undecodable_entries_total",
-                "counter",
-                "Kafka entries that did not decode, written as one row each.",
-                &self.undecodable_entries,
-            ),
-            (
-                "lakestream_table_lag_offsets",
-                "gauge",
-                "Compacted offsets not yet in their tables, over all logs, at the last pass.",
-                &self.lag_offsets,
-            ),
-        ];
-        for (name, kind, help, v) in rows {
-            let _ = writeln!(
-                out,
-                "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {}",
-                v.load(Ordering::Relaxed)
-            );
-        }
-    }
-}
 
 /// The URI under which readers reach the compacted root, derived from its configuration
 /// (`tables.root_uri` overrides it); `None` when it cannot be derived.

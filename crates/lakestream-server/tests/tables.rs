@@ -13,7 +13,7 @@ use serde_json::{Value, json};
 
 mod support;
 
-use support::Running;
+use support::{Running, call};
 
 async fn start(data: &mut Option<PathBuf>) -> Running {
     support::start_with(|config| {
@@ -25,28 +25,6 @@ async fn start(data: &mut Option<PathBuf>) -> Running {
         }
     })
     .await
-}
-
-/// One JSON request over a fresh connection.
-async fn call(base: &str, method: &str, path: &str, body: Value) -> (StatusCode, Value) {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let host = base.trim_start_matches("http://");
-    let mut stream = tokio::net::TcpStream::connect(host).await.unwrap();
-    let body = if body.is_null() { String::new() } else { body.to_string() };
-    let head = format!(
-        "{method} {path} HTTP/1.1\r\nhost: {host}\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
-        body.len()
-    );
-    stream.write_all(head.as_bytes()).await.unwrap();
-    stream.write_all(body.as_bytes()).await.unwrap();
-    let mut raw = Vec::new();
-    stream.read_to_end(&mut raw).await.unwrap();
-    let split = raw.windows(4).position(|w| w == b"\r\n\r\n").expect("a complete response");
-    let status: u16 = String::from_utf8_lossy(&raw[..split]).split(' ').nth(1).unwrap().parse().unwrap();
-    let bytes = &raw[split + 4..];
-    let value =
-        if bytes.is_empty() { Value::Null } else { serde_json::from_slice(bytes).unwrap_or(Value::Null) };
-    (StatusCode::from_u16(status).unwrap(), value)
 }
 
 async fn create(base: &str, stream: &str, properties: Value) {
@@ -191,11 +169,12 @@ async fn a_bad_table_property_is_refused_naming_it() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn bad_table_settings_stop_the_start_naming_the_key() {
-    let dir = tempfile::tempdir().unwrap();
-    let open = |f: fn(&mut ServerConfig, &std::path::Path)| {
+    // A fresh directory per start: a failed start may hold the metadata file a moment longer.
+    let open = |f: fn(&mut ServerConfig, &std::path::Path)| async move {
+        let dir = tempfile::tempdir().unwrap();
         let mut config = ServerConfig::dev(dir.path(), "127.0.0.1:0".parse().unwrap());
         f(&mut config, dir.path());
-        async move { Stack::open(&config).await.map(|_| ()).unwrap_err().to_string() }
+        Stack::open(&config).await.map(|_| ()).unwrap_err().to_string()
     };
     let err = open(|c, _| c.tables.catalog = "hive".into()).await;
     assert!(err.contains("tables.catalog") && err.contains("hive"), "{err}");
