@@ -161,11 +161,11 @@ start_kafka_front_end() {
 }
 
 install_python_tools() {
-  if [ -x "$PYENV_DIR/bin/python" ] && "$PYENV_DIR/bin/python" -c 'import pyarrow, kafka, confluent_kafka, cloudevents.core, openapi_spec_validator' 2>/dev/null; then
+  if [ -x "$PYENV_DIR/bin/python" ] && "$PYENV_DIR/bin/python" -c 'import pyarrow, kafka, confluent_kafka, cloudevents.core, openapi_spec_validator, pyiceberg.catalog.sql, psycopg2, duckdb' 2>/dev/null; then
     return 0
   fi
-  log "creating the Python test environment in $PYENV_DIR (pyarrow, kafka-python, confluent-kafka, cloudevents, openapi-spec-validator)"
-  python3 -m venv "$PYENV_DIR"
+  log "creating the Python test environment in $PYENV_DIR (pyarrow, kafka-python, confluent-kafka, cloudevents, openapi-spec-validator, pyiceberg, duckdb)"
+  [ -x "$PYENV_DIR/bin/python" ] || python3 -m venv "$PYENV_DIR"
   "$PYENV_DIR/bin/pip" install --quiet --disable-pip-version-check -r "$(dirname "${BASH_SOURCE[0]}")/../tests/python/requirements.txt"
 }
 
@@ -296,6 +296,52 @@ start_fake_gcs() {
   export LAKESTREAM_TEST_GCS_ENDPOINT="http://127.0.0.1:$port"
   export LAKESTREAM_TEST_GCS_BUCKET=lakestream-test
   log "fake-gcs-server $FAKE_GCS_VERSION on $LAKESTREAM_TEST_GCS_ENDPOINT (pid $FAKE_GCS_PID)"
+}
+
+# PostgreSQL for the Iceberg SQL catalog tests: Debian's `postgresql` package (installed with
+# apt when no initdb is found). Sets POSTGRES_BIN to the directory holding initdb and pg_ctl.
+POSTGRES_BIN=""
+install_postgres() {
+  local initdb
+  initdb=$(command -v initdb 2>/dev/null || ls -d /usr/lib/postgresql/*/bin/initdb 2>/dev/null | sort -V | tail -1 || true)
+  if [ -z "$initdb" ]; then
+    log "installing PostgreSQL (Debian package postgresql) with apt-get (once)"
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql >/dev/null
+    initdb=$(ls -d /usr/lib/postgresql/*/bin/initdb | sort -V | tail -1)
+  fi
+  POSTGRES_BIN=$(dirname "$(readlink -f "$initdb")")
+}
+
+# Starts a throwaway PostgreSQL cluster (trust authentication, no fsync: tests only) on
+# 127.0.0.1 and a free port, its socket in its own directory; as root, the cluster runs as
+# the `postgres` user (initdb refuses root). Exports LAKESTREAM_TEST_POSTGRES_URL (the
+# database `postgres`, user `lakestream`) and sets POSTGRES_DIR; stop_postgres stops it.
+POSTGRES_DIR=""
+start_postgres() {
+  local port run=()
+  POSTGRES_DIR=$(mktemp -d "${TMPDIR:-/tmp}/lakestream-pg.XXXXXX")
+  if [ "$(id -u)" = 0 ]; then
+    chown postgres "$POSTGRES_DIR"
+    run=(runuser -u postgres --)
+  fi
+  "${run[@]}" "$POSTGRES_BIN/initdb" -D "$POSTGRES_DIR/data" -U lakestream --auth=trust -E UTF8 \
+    >"$POSTGRES_DIR/initdb.log" 2>&1 || { cat "$POSTGRES_DIR/initdb.log" >&2; return 1; }
+  port=$(free_port)
+  "${run[@]}" "$POSTGRES_BIN/pg_ctl" -D "$POSTGRES_DIR/data" -l "$POSTGRES_DIR/postgres.log" -w -t 60 \
+    -o "-k $POSTGRES_DIR -h 127.0.0.1 -p $port -F" start >/dev/null \
+    || { cat "$POSTGRES_DIR/postgres.log" >&2; return 1; }
+  export LAKESTREAM_TEST_POSTGRES_URL="postgres://lakestream@127.0.0.1:$port/postgres"
+  log "PostgreSQL $("$POSTGRES_BIN/pg_ctl" --version | awk '{print $3}') on 127.0.0.1:$port (data $POSTGRES_DIR)"
+}
+
+stop_postgres() {
+  [ -n "$POSTGRES_DIR" ] || return 0
+  local run=()
+  if [ "$(id -u)" = 0 ]; then run=(runuser -u postgres --); fi
+  "${run[@]}" "$POSTGRES_BIN/pg_ctl" -D "$POSTGRES_DIR/data" -m fast -w stop >/dev/null 2>&1 \
+    && log "stopped PostgreSQL" || log "PostgreSQL was not running"
+  rm -rf "$POSTGRES_DIR"
+  POSTGRES_DIR=""
 }
 
 stop_pid() { # pid name

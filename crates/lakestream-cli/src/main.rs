@@ -686,6 +686,13 @@ async fn run(config: ServerConfig, dev: bool) -> Result<(), String> {
             if let Some(kafka) = kafka_at {
                 println!("  Kafka:     {kafka} (bootstrap.servers; see docs/kafka.md)");
             }
+            if let (Some(uri), true) = (&config.tables.uri, config.roles.compactor) {
+                // Redacted: a PostgreSQL URI may carry a password.
+                println!(
+                    "  tables:    Iceberg catalog {} (streams with table=iceberg; see docs/tables.md)",
+                    lakestream_iceberg::config::redact(uri)
+                );
+            }
             println!("  metrics:   http://{addr}/metrics");
             println!("  health:    http://{addr}/healthz");
             println!("Try: curl -X POST http://{addr}/v1/namespaces/default/streams -H 'content-type: application/json' -d '{{\"name\":\"events\"}}'");

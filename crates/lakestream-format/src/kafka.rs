@@ -4,7 +4,8 @@
 //!   `default/{topic}-topic-id-{topic ID}`; see [`stream_name`] and [`parse_stream_name`].
 //! * **Entry payloads.** A payload is one or more complete Kafka record batches, back to back,
 //!   with no envelope. [`count_records`] validates a payload and returns its record count;
-//!   [`assign_offsets`] rewrites the batches' offsets for a reader.
+//!   [`assign_offsets`] rewrites the batches' offsets for a reader; [`decode_records`] decodes
+//!   each record (offset, timestamp, key, value, headers), e.g. for table rows.
 //! * **Compacted objects.** [`KAFKA_BINDING`]: `entrySerDeType` `KAFKA_BATCHED_RAW_PARQUET`,
 //!   Avro record `KafkaMessage`.
 //!
@@ -178,6 +179,242 @@ pub fn assign_offsets(payload: &[u8], entry_offset: Offset) -> Result<Vec<u8>> {
         next += records;
     }
     Ok(out)
+}
+
+/// One Kafka record of an entry payload, as a consumer sees it (see [`decode_records`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KafkaRecord {
+    /// The record's offset: the entry's offset plus the record's position in the payload.
+    pub offset: Offset,
+    /// The record timestamp in ms since the Unix epoch: CreateTime (a magic-2 batch's base
+    /// timestamp plus the record's delta, a magic-1 message's own), or the batch's (wrapper's)
+    /// time under LogAppendTime; `None` for magic-0 messages, which carry none.
+    pub timestamp_ms: Option<i64>,
+    /// The key; `None` when null.
+    pub key: Option<Vec<u8>>,
+    /// The value; `None` when null.
+    pub value: Option<Vec<u8>>,
+    /// The headers in order (magic 2 only); a header value may be null.
+    pub headers: Vec<KafkaHeader>,
+}
+
+/// One record header.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KafkaHeader {
+    /// The header key (UTF-8, as Kafka requires).
+    pub key: String,
+    /// The header value; `None` when null.
+    pub value: Option<Vec<u8>>,
+}
+
+/// Validates an entry payload (with the default [`Limits`]) and decodes its records in order,
+/// numbering them from `entry_offset` as [`assign_offsets`] does. Compressed batches are
+/// decompressed: magic 2 with gzip, snappy (xerial stream or raw block), LZ4 (frame) or
+/// zstd; magic-0/1 wrappers as [`count_records`] accepts them. The decompressed bytes of the
+/// whole payload are bounded by [`Limits::max_decompressed_bytes`].
+pub fn decode_records(payload: &[u8], entry_offset: Offset) -> Result<Vec<KafkaRecord>> {
+    let limits = Limits::default();
+    let batches = parse_batches(payload, limits)?;
+    let mut budget = limits.max_decompressed_bytes;
+    let mut records = Vec::new();
+    let mut next = entry_offset;
+    for (i, batch) in batches.iter().enumerate() {
+        let what = format!("batch {i} (magic at byte {})", batch.start + 16);
+        let frame = frame(payload, batch.start, &what)?;
+        let before = records.len();
+        match batch.magic {
+            2 => decode_v2_batch(frame, &what, next, &mut budget, &mut records)?,
+            _ => decode_legacy_message(frame, &what, next, None, &mut budget, &mut records)?,
+        }
+        let decoded = (records.len() - before) as u64;
+        if decoded != u64::from(batch.records) {
+            return Err(FormatError::corrupt(
+                STRUCTURE,
+                format!("{what}: decoded {decoded} records, the batch holds {}", batch.records),
+            ));
+        }
+        next += decoded;
+    }
+    Ok(records)
+}
+
+/// Kafka's timestamp-type attribute bit: LogAppendTime (the batch's or wrapper's time).
+const ATTR_LOG_APPEND_TIME: u16 = 0x08;
+
+fn decode_v2_batch(
+    batch: &[u8],
+    what: &str,
+    first_offset: Offset,
+    budget: &mut u64,
+    out: &mut Vec<KafkaRecord>,
+) -> Result<()> {
+    let bad = |detail: String| FormatError::corrupt(STRUCTURE, format!("{what}: {detail}"));
+    let attributes = u16::from_be_bytes([batch[21], batch[22]]);
+    let base_timestamp = be_i64(batch, 27);
+    let max_timestamp = be_i64(batch, 35);
+    let log_append_time = attributes & ATTR_LOG_APPEND_TIME != 0;
+    let count = be_i32(batch, 57);
+    let region = &batch[V2_HEADER_LEN..];
+    let decompressed;
+    let mut records = match (attributes & CODEC_MASK) as u8 {
+        0 => region,
+        CODEC_GZIP => {
+            decompressed = gunzip(region, budget).map_err(bad)?;
+            &decompressed[..]
+        }
+        CODEC_SNAPPY => {
+            decompressed = unsnappy(region, budget).map_err(bad)?;
+            &decompressed[..]
+        }
+        CODEC_LZ4 => {
+            decompressed = unlz4_frame(region, budget).map_err(bad)?;
+            &decompressed[..]
+        }
+        _ => {
+            // 4, zstd (check_v2_batch refused codecs above 4).
+            decompressed = read_bounded(
+                zstd::stream::read::Decoder::new(region).map_err(|e| bad(format!("zstd: {e}")))?,
+                budget,
+                "zstd",
+            )
+            .map_err(bad)?;
+            &decompressed[..]
+        }
+    };
+    for index in 0..count.max(0) as u64 {
+        let (len, used) =
+            read_varint(records).ok_or_else(|| bad(format!("record {index}: malformed length")))?;
+        let len = usize::try_from(len).map_err(|_| bad(format!("record {index} has length {len}")))?;
+        let body = records
+            .get(used..used + len)
+            .ok_or_else(|| bad(format!("record {index} declares {len} bytes beyond the batch end")))?;
+        records = &records[used + len..];
+        let mut cursor = Cursor { bytes: body, pos: 0 };
+        let parsed = (|| {
+            cursor.take(1)?; // record attributes, unused
+            let timestamp_delta = cursor.varlong()?;
+            let _offset_delta = cursor.varint()?;
+            let key = cursor.nullable()?;
+            let value = cursor.nullable()?;
+            let header_count = cursor.varint()?;
+            let mut headers = Vec::with_capacity(header_count.clamp(0, 64) as usize);
+            for _ in 0..header_count.max(0) {
+                let key = cursor.nullable()?.ok_or("a header key is null")?;
+                let key = String::from_utf8(key).map_err(|_| "a header key is not UTF-8")?;
+                headers.push(KafkaHeader { key, value: cursor.nullable()? });
+            }
+            if cursor.pos != body.len() {
+                return Err("bytes follow the record's headers");
+            }
+            let timestamp =
+                if log_append_time { max_timestamp } else { base_timestamp.wrapping_add(timestamp_delta) };
+            Ok(KafkaRecord {
+                offset: first_offset + index,
+                timestamp_ms: Some(timestamp),
+                key,
+                value,
+                headers,
+            })
+        })();
+        out.push(parsed.map_err(|e| bad(format!("record {index}: {e}")))?);
+    }
+    if !records.is_empty() {
+        return Err(bad(format!("{} bytes follow the last record", records.len())));
+    }
+    Ok(())
+}
+
+/// Decodes one magic-0/1 message: a record, or a compressed wrapper's inner messages.
+/// `wrapper_time` is the wrapper's timestamp when it says LogAppendTime.
+fn decode_legacy_message(
+    message: &[u8],
+    what: &str,
+    first_offset: Offset,
+    wrapper_time: Option<i64>,
+    budget: &mut u64,
+    out: &mut Vec<KafkaRecord>,
+) -> Result<()> {
+    let bad = |detail: String| FormatError::corrupt(STRUCTURE, format!("{what}: {detail}"));
+    let magic = message[16];
+    let attributes = message[17];
+    let header_len = if magic == 0 { 18 } else { 26 };
+    let timestamp = (magic == 1).then(|| be_i64(message, 18));
+    let (key_end, key) = legacy_bytes(message, header_len).map_err(|e| bad(format!("key {e}")))?;
+    let (_, value) = legacy_bytes(message, key_end).map_err(|e| bad(format!("value {e}")))?;
+    let codec = attributes & 0x07;
+    if codec == 0 {
+        out.push(KafkaRecord {
+            offset: first_offset,
+            timestamp_ms: wrapper_time.or(timestamp),
+            key: key.map(<[u8]>::to_vec),
+            value: value.map(<[u8]>::to_vec),
+            headers: Vec::new(),
+        });
+        return Ok(());
+    }
+    let compressed = value.ok_or_else(|| bad("is a compressed wrapper with a null value".into()))?;
+    let inner_set = match codec {
+        CODEC_GZIP => gunzip(compressed, budget).map_err(bad)?,
+        CODEC_SNAPPY => unsnappy(compressed, budget).map_err(bad)?,
+        CODEC_LZ4 if magic == 1 => unlz4_frame(compressed, budget).map_err(bad)?,
+        other => return Err(bad(format!("compression codec {other} is not decoded for magic {magic}"))),
+    };
+    let wrapper_time = (u16::from(attributes) & ATTR_LOG_APPEND_TIME != 0).then_some(timestamp).flatten();
+    let mut pos = 0;
+    let mut index = 0u64;
+    while pos < inner_set.len() {
+        let inner_what = format!("{what}, inner message {index}");
+        let inner = frame(&inner_set, pos, &inner_what)?;
+        if inner.len() < header_len + 8 {
+            return Err(bad(format!("inner message {index} is too short")));
+        }
+        decode_legacy_message(inner, &inner_what, first_offset + index, wrapper_time, budget, out)?;
+        pos += inner.len();
+        index += 1;
+    }
+    Ok(())
+}
+
+/// A cursor over one magic-2 record's bytes.
+struct Cursor<'a> {
+    bytes: &'a [u8],
+    pos: usize,
+}
+
+impl<'a> Cursor<'a> {
+    fn take(&mut self, n: usize) -> std::result::Result<&'a [u8], &'static str> {
+        let bytes = self.bytes.get(self.pos..self.pos + n).ok_or("truncated")?;
+        self.pos += n;
+        Ok(bytes)
+    }
+
+    fn varint(&mut self) -> std::result::Result<i32, &'static str> {
+        let (value, used) = read_varint(&self.bytes[self.pos..]).ok_or("malformed varint")?;
+        self.pos += used;
+        Ok(value)
+    }
+
+    /// A zigzag varlong of at most 10 bytes.
+    fn varlong(&mut self) -> std::result::Result<i64, &'static str> {
+        let mut raw = 0u64;
+        for i in 0..10 {
+            let byte = *self.bytes.get(self.pos).ok_or("truncated varlong")?;
+            self.pos += 1;
+            raw |= u64::from(byte & 0x7f) << (7 * i);
+            if byte & 0x80 == 0 {
+                return Ok(((raw >> 1) as i64) ^ -((raw & 1) as i64));
+            }
+        }
+        Err("malformed varlong")
+    }
+
+    fn nullable(&mut self) -> std::result::Result<Option<Vec<u8>>, &'static str> {
+        let len = self.varint()?;
+        if len < 0 {
+            return Ok(None);
+        }
+        Ok(Some(self.take(len as usize)?.to_vec()))
+    }
 }
 
 /// One batch (magic 2) or top-level message (magic 0/1) of a payload.

@@ -366,3 +366,60 @@ fn kafka_binding_identifiers() {
     assert_eq!(KAFKA_BINDING.avro_record_name, "KafkaMessage");
     assert_eq!(kafka::TOPIC_ID_SEPARATOR, "-topic-id-");
 }
+
+/// `decode_records` against kafka-python's bytes: the records `make_kafka_fixtures.py` put
+/// in, numbered from the entry's offset, with their timestamps (`BASE_TIMESTAMP + i`).
+#[test]
+fn decoded_records_are_the_ones_kafka_python_wrote() {
+    use lakestream_format::kafka::{KafkaHeader, decode_records};
+    const BASE: i64 = 1_700_000_000_000;
+    let header = |k: &str, v: Option<&[u8]>| KafkaHeader { key: k.into(), value: v.map(<[u8]>::to_vec) };
+
+    let records = decode_records(&fixture("v2_headers.bin"), 40).unwrap();
+    assert_eq!(records.len(), 3);
+    assert_eq!(records.iter().map(|r| r.offset).collect::<Vec<_>>(), [40, 41, 42]);
+    assert_eq!(
+        records.iter().map(|r| r.timestamp_ms).collect::<Vec<_>>(),
+        [Some(BASE), Some(BASE + 1), Some(BASE + 2)]
+    );
+    assert_eq!(records[0].key.as_deref(), Some(&b"k0"[..]));
+    assert_eq!(records[0].value.as_deref(), Some(&b"v0"[..]));
+    assert_eq!(records[0].headers, [header("trace", Some(b"abc")), header("empty", Some(b""))]);
+    assert_eq!((records[1].key.as_deref(), records[1].value.as_deref()), (Some(&b"k1"[..]), None));
+    assert_eq!(records[1].headers, [header("h", None)]);
+    assert_eq!((records[2].key.as_deref(), records[2].value.as_deref()), (None, Some(&b"\x00\x01\x02"[..])));
+    assert!(records[2].headers.is_empty());
+
+    // Compressed (gzip) batches, and several batches in one entry.
+    let records = decode_records(&fixture("v2_three_batches.bin"), 0).unwrap();
+    assert_eq!(records.len(), 8);
+    assert_eq!(records.iter().map(|r| r.offset).collect::<Vec<_>>(), (0..8).collect::<Vec<_>>());
+    assert_eq!(records[0].value.as_deref(), Some(&b"a"[..]));
+    for i in 0..5 {
+        let r = &records[1 + i];
+        assert_eq!(r.key.as_deref(), Some(format!("key-{i}").as_bytes()));
+        let value = format!("{}{i}", "value ".repeat(40));
+        assert_eq!(r.value.as_deref(), Some(value.as_bytes()));
+        assert_eq!(r.timestamp_ms, Some(BASE + i as i64));
+    }
+    assert_eq!((records[7].key.as_deref(), records[7].value.as_deref()), (Some(&b"z"[..]), Some(&b"w"[..])));
+
+    // Magic 0 (no timestamps) and 1, plain and in gzip wrappers.
+    for (file, timestamps) in [("v0_plain_then_gzip.bin", false), ("v1_plain_then_gzip.bin", true)] {
+        let records = decode_records(&fixture(file), 100).unwrap();
+        assert_eq!(records.len(), 8, "{file}");
+        assert_eq!(records.iter().map(|r| r.offset).collect::<Vec<_>>(), (100..108).collect::<Vec<_>>());
+        for (i, r) in records[..3].iter().enumerate() {
+            assert_eq!(r.key.as_deref(), Some(&b"k"[..]));
+            assert_eq!(r.value.as_deref(), Some(format!("v{i}").as_bytes()));
+            assert_eq!(r.timestamp_ms, timestamps.then_some(BASE + i as i64), "{file}");
+        }
+        assert_eq!(records[3].key.as_deref(), Some(&b"key-0"[..]));
+        assert_eq!(records[7].timestamp_ms, timestamps.then_some(BASE + 4), "{file}");
+        assert!(records.iter().all(|r| r.headers.is_empty()));
+    }
+
+    // What count_records refuses, decode_records refuses too.
+    assert!(decode_records(&fixture("v2_control.bin"), 0).is_err());
+    assert!(decode_records(&[], 0).is_err());
+}

@@ -591,6 +591,7 @@ impl Api {
     ) -> ApiResult<Stream> {
         self.catalog_role()?;
         crate::retention::policy_of(&properties).map_err(ApiError::invalid)?;
+        crate::tables::check_property(&properties).map_err(ApiError::invalid)?;
         Ok(self.stack.catalog.create_stream(namespace, name, partitions.unwrap_or(1), properties).await?)
     }
 
@@ -611,6 +612,7 @@ impl Api {
             };
         }
         crate::retention::policy_of(&after).map_err(ApiError::invalid)?;
+        crate::tables::check_property(&after).map_err(ApiError::invalid)?;
         Ok(self.stack.catalog.update_stream_properties(namespace, name, &changes).await?)
     }
 

@@ -44,6 +44,10 @@ pub(crate) async fn run(
             {
                 metrics.compaction.record_backlog(log, *b, clock.now_ms());
             }
+            // After C3–C5 of a range: the table committer may append it (never before C3).
+            if let (Progress::RangeCompacted(_), Some(tables)) = (p, &stack.tables) {
+                tables.wake.notify_one();
+            }
         };
         // A stop abandons a pass where it is: every step is safe to interrupt (a crash
         // between any two is what the compactor is built for), and shutdown must not wait

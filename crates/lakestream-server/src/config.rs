@@ -47,6 +47,9 @@ pub struct ServerConfig {
     pub compactor_schedule: CompactorSchedule,
     /// How often retention (`retention_ms`, `retention_bytes` stream properties) is enforced.
     pub retention: RetentionConfig,
+    /// Streams as Iceberg tables (`docs/tables.md`): which streams (`table = "iceberg"`), the
+    /// catalog (`catalog`, `uri`), file sizes; committed by the compactor role.
+    pub tables: lakestream_iceberg::TablesConfig,
     /// Bearer tokens and their per-namespace permissions; none means the API is open.
     pub auth: crate::auth::AuthConfig,
     /// TLS for both APIs (`cert_file`, `key_file`); off when absent.
@@ -465,7 +468,7 @@ pub const ENV_ALIASES: [(&str, &[&str]); 6] = [
 
 /// Keys whose values are secrets: an error about them, or about a section holding them, never
 /// shows the value.
-const SECRET_KEYS: [&str; 12] = [
+const SECRET_KEYS: [&str; 13] = [
     "metadata.bearer_token",
     "storage.wal.secret_access_key",
     "storage.wal.session_token",
@@ -479,6 +482,8 @@ const SECRET_KEYS: [&str; 12] = [
     "storage.compacted.access_key",
     "storage.compacted.connection_string",
     "auth.tokens",
+    // The Iceberg catalog's database URI may hold a password.
+    "tables.uri",
 ];
 
 /// The name figment's metadata gives a value that came from an environment variable (the
@@ -656,6 +661,12 @@ fn describe_kind(kind: &figment::error::Kind, secret: bool) -> String {
     }
 }
 
+/// The SQLite Iceberg catalog of `lakestream dev`: `catalog.db` in its data directory.
+fn dev_catalog_uri(data_dir: &Path) -> String {
+    let dir = std::path::absolute(data_dir).unwrap_or_else(|_| data_dir.to_path_buf());
+    format!("sqlite://{}", dir.join("catalog.db").display())
+}
+
 impl ServerConfig {
     /// The configuration `lakestream dev` uses: everything in one process, the embedded
     /// metadata store and the local filesystem under `data_dir`.
@@ -667,6 +678,10 @@ impl ServerConfig {
             storage: StorageConfig {
                 wal: ObjectStoreConfig::Local { dir: objects.clone(), root: "wal".into() },
                 compacted: ObjectStoreConfig::Local { dir: objects, root: "compacted".into() },
+            },
+            tables: lakestream_iceberg::TablesConfig {
+                uri: Some(dev_catalog_uri(data_dir)),
+                ..lakestream_iceberg::TablesConfig::default()
             },
             ..ServerConfig::default()
         }
@@ -681,8 +696,10 @@ impl ServerConfig {
         format!(
             "[http]\naddr = \"{addr}\"\n\n[metadata]\nbackend = \"embedded\"\npath = {}\n\n\
              [storage.wal]\nbackend = \"local\"\ndir = {objects}\nroot = \"wal\"\n\n\
-             [storage.compacted]\nbackend = \"local\"\ndir = {objects}\nroot = \"compacted\"\n",
-            quoted(&data_dir.join("metadata.redb"))
+             [storage.compacted]\nbackend = \"local\"\ndir = {objects}\nroot = \"compacted\"\n\n\
+             [tables]\nuri = {}\n",
+            quoted(&data_dir.join("metadata.redb")),
+            serde_json::Value::String(dev_catalog_uri(data_dir)),
         )
     }
 
@@ -855,6 +872,10 @@ impl ServerConfig {
         if let Err(e) = self.tls.acceptor() {
             return Err(invalid(&format!("tls.{}", e.key), &e.message));
         }
+        self.tables.validate(false).map_err(|e| match e {
+            lakestream_iceberg::TablesError::Config { key, message } => ConfigError::Invalid { key, message },
+            other => invalid("tables", &other),
+        })?;
         if self.grpc.max_message_bytes == 0 {
             return Err(invalid("grpc.max_message_bytes", &"must be greater than 0"));
         }
@@ -938,6 +959,8 @@ mod tests {
         let dev = ServerConfig::dev(dir, addr);
         assert_eq!(format!("{:?}", parsed.storage), format!("{:?}", dev.storage));
         assert_eq!(format!("{:?}", parsed.metadata), format!("{:?}", dev.metadata));
+        assert_eq!(parsed.tables, dev.tables);
+        assert!(dev.tables.uri.as_deref().is_some_and(|u| u.ends_with("dir/catalog.db")));
         assert_eq!(parsed.http.addr, addr);
     }
 

@@ -23,6 +23,7 @@ pub mod objects;
 pub mod producers;
 pub mod retention;
 pub mod stack;
+pub mod tables;
 
 use std::future::Future;
 
@@ -103,6 +104,13 @@ pub async fn serve_all_with(
         let schedule = config.compactor_schedule.clone();
         tokio::spawn(compaction::run(stack.clone(), c, schedule, metrics.clone(), stopped))
     });
+    // Streams as Iceberg tables: committed beside compaction, never in its way.
+    let tables = match (stack.compactor.clone(), stack.tables.clone()) {
+        (Some(c), Some(role)) => {
+            Some(tokio::spawn(tables::run(stack.clone(), c, role, metrics.clone(), stop.subscribe())))
+        }
+        _ => None,
+    };
     let retention = (stack.writer.is_some() && !config.retention.interval.is_zero()).then(|| {
         tokio::spawn(retention::run(
             stack.clone(),
@@ -135,6 +143,9 @@ pub async fn serve_all_with(
     // Stop the compaction loop (a running pass is abandoned, safely) before closing the writer.
     let _ = stop.send(true);
     if let Some(task) = compaction {
+        let _ = task.await;
+    }
+    if let Some(task) = tables {
         let _ = task.await;
     }
     let _ = ledger_cleanup.await;

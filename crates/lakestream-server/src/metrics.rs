@@ -387,6 +387,8 @@ pub struct Metrics {
     pub events_in_flight: AtomicU64,
     /// The compactor role's progress and each log's backlog.
     pub compaction: CompactionMetrics,
+    /// Streams as Iceberg tables: commits, rows, failures, lag.
+    pub tables: TableMetrics,
     /// Consumer groups' lag per partition.
     pub group_lag: GroupLagMetrics,
     /// The HTTP listener's connections.
@@ -484,6 +486,68 @@ impl CompactionMetrics {
                     value(b)
                 );
             }
+        }
+    }
+}
+
+/// Counters of the committer, for `/metrics`.
+#[derive(Debug, Default)]
+pub struct TableMetrics {
+    /// Snapshots committed.
+    pub commits: AtomicU64,
+    /// Rows committed.
+    pub rows: AtomicU64,
+    /// Ranges committed.
+    pub ranges: AtomicU64,
+    /// Stream commits that failed (retried on the next pass).
+    pub failures: AtomicU64,
+    /// Kafka entries that did not decode (written as one row each).
+    pub undecodable_entries: AtomicU64,
+    /// Compacted offsets not yet in their tables, summed over the logs, at the last pass.
+    pub lag_offsets: AtomicU64,
+}
+
+impl TableMetrics {
+    fn render(&self, out: &mut String) {
+        let rows = [
+            (
+                "lakestream_table_commits_total",
+                "counter",
+                "Iceberg table snapshots committed.",
+                &self.commits,
+            ),
+            ("lakestream_table_rows_total", "counter", "Rows committed to Iceberg tables.", &self.rows),
+            (
+                "lakestream_table_ranges_total",
+                "counter",
+                "Log offset ranges committed to Iceberg tables.",
+                &self.ranges,
+            ),
+            (
+                "lakestream_table_commit_failures_total",
+                "counter",
+                "Table commits that failed (retried on the next pass).",
+                &self.failures,
+            ),
+            (
+                "lakestream_table_undecodable_entries_total",
+                "counter",
+                "Kafka entries that did not decode, written as one row each.",
+                &self.undecodable_entries,
+            ),
+            (
+                "lakestream_table_lag_offsets",
+                "gauge",
+                "Compacted offsets not yet in their tables, over all logs, at the last pass.",
+                &self.lag_offsets,
+            ),
+        ];
+        for (name, kind, help, v) in rows {
+            let _ = writeln!(
+                out,
+                "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {}",
+                v.load(Ordering::Relaxed)
+            );
         }
     }
 }
@@ -630,6 +694,7 @@ impl Metrics {
             &self.events_in_flight,
         );
         self.compaction.render(&mut out);
+        self.tables.render(&mut out);
         self.group_lag.render(&mut out);
         let _ = writeln!(
             out,

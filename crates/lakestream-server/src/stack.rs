@@ -35,6 +35,9 @@ pub struct Stack {
     pub reader: Option<Reader>,
     /// The compactor, when this process serves the compactor role.
     pub compactor: Option<Compactor>,
+    /// Streams as Iceberg tables, when this process serves the compactor role and `[tables]`
+    /// names a catalog.
+    pub tables: Option<crate::tables::TablesRole>,
     /// The accepted bearer tokens (none: the API is open).
     pub auth: crate::auth::Authenticator,
     /// The roles this process serves.
@@ -179,6 +182,13 @@ impl Stack {
         } else {
             None
         };
+        // Bad table settings (unknown catalog, unreachable database) stop the start here,
+        // naming the key.
+        let tables = if config.roles.compactor {
+            crate::tables::open(&config.tables, &config.storage.compacted, compacted.clone()).await?
+        } else {
+            None
+        };
         let ledger = lakestream_cloudevents::ledger::Ledger::new(
             meta.clone(),
             clock.clone(),
@@ -199,6 +209,7 @@ impl Stack {
             writer,
             reader,
             compactor,
+            tables,
             auth,
             roles,
             clock,

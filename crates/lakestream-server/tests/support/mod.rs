@@ -59,3 +59,33 @@ pub async fn start_with(configure: impl FnOnce(&mut ServerConfig)) -> Running {
     let at: Listening = at_rx.await.unwrap();
     Running { base: format!("http://{}", at.http), at, stack, stop: Some(stop), task, _dir: dir }
 }
+
+/// One JSON request over a fresh connection: the status and the JSON body (null when empty).
+pub async fn call(
+    base: &str,
+    method: &str,
+    path: &str,
+    body: serde_json::Value,
+) -> (http::StatusCode, serde_json::Value) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let host = base.trim_start_matches("http://");
+    let mut stream = tokio::net::TcpStream::connect(host).await.unwrap();
+    let body = if body.is_null() { String::new() } else { body.to_string() };
+    let head = format!(
+        "{method} {path} HTTP/1.1\r\nhost: {host}\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
+        body.len()
+    );
+    stream.write_all(head.as_bytes()).await.unwrap();
+    stream.write_all(body.as_bytes()).await.unwrap();
+    let mut raw = Vec::new();
+    stream.read_to_end(&mut raw).await.unwrap();
+    let split = raw.windows(4).position(|w| w == b"\r\n\r\n").expect("a complete response");
+    let status: u16 = String::from_utf8_lossy(&raw[..split]).split(' ').nth(1).unwrap().parse().unwrap();
+    let bytes = &raw[split + 4..];
+    let value = if bytes.is_empty() {
+        serde_json::Value::Null
+    } else {
+        serde_json::from_slice(bytes).unwrap_or(serde_json::Value::Null)
+    };
+    (http::StatusCode::from_u16(status).unwrap(), value)
+}
