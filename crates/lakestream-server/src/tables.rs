@@ -121,7 +121,7 @@ pub(crate) async fn run(
     let reader_config = ReaderConfig {
         object_cache_bytes: 32 << 20,
         read_ahead_bytes: 8 << 20,
-        ..stack.compactor.as_ref().map(|c| c.config().reader.clone()).unwrap_or_default()
+        ..compactor.config().reader.clone()
     };
     let deps =
         ReaderDeps { meta: stack.meta.clone(), wal: stack.wal.clone(), compacted: stack.compacted.clone() };
