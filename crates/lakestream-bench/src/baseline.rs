@@ -212,8 +212,9 @@ pub async fn raw_copies(
 /// equal slices, one per output stream (as the compactor writes one file per log of a pass,
 /// `concurrent_logs` at once); each stream writes files through streaming uploads and closes
 /// one once it holds the next size of `file_sizes` (the compactor's files, dealt round the
-/// streams). Repeated until `min_duration` has passed. Ops: files written; bytes: WAL bytes
-/// read and written.
+/// streams). Repeated until the passes have taken `min_duration`; each pass's files are
+/// deleted after it, outside the time measured (so that a long phase does not fill the
+/// disk). Ops: files written; bytes: WAL bytes read and written; elapsed: the passes' time.
 #[allow(clippy::too_many_arguments)] // the knobs of one measured phase, each named at the call
 pub async fn raw_compaction_copies(
     src: Arc<dyn ObjectStore>,
@@ -228,9 +229,9 @@ pub async fn raw_compaction_copies(
 ) -> Result<OpStats, BenchError> {
     let streams = streams.max(1);
     let file_sizes = if file_sizes.is_empty() { vec![u64::MAX] } else { file_sizes };
-    let started = Instant::now();
     let mut out = OpStats::default();
     for pass in 0u64.. {
+        let started = Instant::now();
         let mut senders = Vec::new();
         let mut writers = Vec::new();
         for stream in 0..streams {
@@ -309,11 +310,12 @@ pub async fn raw_compaction_copies(
             out.latency.merge(&latency);
         }
         out.bytes += copied?;
-        if started.elapsed() >= min_duration {
+        out.elapsed += started.elapsed();
+        remove_prefix(&*dst, &format!("{prefix}/copy/")).await?;
+        if out.elapsed >= min_duration {
             break;
         }
     }
-    out.elapsed = started.elapsed();
     Ok(out)
 }
 
@@ -476,10 +478,10 @@ mod tests {
         .await
         .unwrap();
         assert_eq!((copied.ops, copied.bytes), (6, 10_000));
-        let files = list(&*store, "b/r2/copy/").await.unwrap();
-        assert_eq!(files.iter().map(|m| m.size).sum::<u64>(), 10_000);
-        assert_eq!(meter.read(), (30_000, 30));
+        assert!(list(&*store, "b/r2/").await.unwrap().is_empty(), "each pass's files are deleted");
+        assert_eq!(meter.read(), (40_000, 40), "puts, gets, copies and the compaction copy's reads");
         remove_prefix(&*store, "b/r1/").await.unwrap();
+        remove_prefix(&*store, "b/r2/").await.unwrap();
         assert!(list(&*store, "").await.unwrap().is_empty());
 
         let meta: Arc<dyn MetaStore> = Arc::new(MemMeta::new());

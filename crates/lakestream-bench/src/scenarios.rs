@@ -943,6 +943,11 @@ async fn compact(ctx: &BenchContext) -> Result<ScenarioReport, BenchError> {
     copy_sampler.stop().await;
     let copy = copy?;
     baseline::remove_prefix(&*ctx.stack.compacted, &ctx.baseline_prefix()).await?;
+    // The data set is this run's own: removed (its WAL objects and compacted files), so that
+    // large runs one after another fit on the disk. Its stream is never read again.
+    let paths: Vec<lakestream_objstore::ObjectPath> = written.iter().map(|m| m.path.clone()).collect();
+    ctx.stack.wal.delete_many(&paths).await.map_err(err("removing the data set's WAL objects"))?;
+    baseline::remove_prefix(&*ctx.stack.compacted, &stream_dir).await?;
 
     let compact_mb_s = per_second(wal_bytes as f64 / 1e6, elapsed);
     let range_latency = range_latency.into_inner().unwrap_or_else(|e| e.into_inner());
