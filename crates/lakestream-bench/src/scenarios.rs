@@ -834,7 +834,7 @@ async fn write_data_set(
 }
 
 async fn compact(ctx: &BenchContext) -> Result<ScenarioReport, BenchError> {
-    let (logs, appended, written) = write_data_set(ctx, Scenario::Compact).await?;
+    let (logs, _appended, written) = write_data_set(ctx, Scenario::Compact).await?;
     let wal_bytes: u64 = written.iter().map(|m| m.size).sum();
 
     // Ranges close at once, so that everything just written is compacted in this run.
@@ -864,7 +864,6 @@ async fn compact(ctx: &BenchContext) -> Result<ScenarioReport, BenchError> {
                 .insert((log_id.0, *start), Instant::now());
         }
         Progress::RangeCompacted(range) => {
-            meter.add(range.payload_bytes);
             if let Some(t) =
                 range_started.lock().unwrap_or_else(|e| e.into_inner()).remove(&(range.log_id.0, range.start))
             {
@@ -875,7 +874,21 @@ async fn compact(ctx: &BenchContext) -> Result<ScenarioReport, BenchError> {
     };
     // What the process holds before the compactor starts (the writer's data set behind it).
     let rss_before = crate::sys::rss_bytes();
-    let sampler = ctx.sampler(&meter, "compact", Goal::Bytes(appended.stats.bytes));
+    // The time series follows the WAL bytes the compactor has read (its reads are paced by
+    // its encoding and writes): ranges complete only at the end of a long C2.
+    let sampler = ctx.sampler(&meter, "compact", Goal::Bytes(wal_bytes));
+    let feed = {
+        let (meter, counter) = (meter.clone(), wal_counter.clone());
+        tokio::spawn(async move {
+            let mut last = 0;
+            loop {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                let (_, read) = counter.fetched();
+                meter.add(read.saturating_sub(last));
+                last = read;
+            }
+        })
+    };
     let cpu_before = crate::sys::cpu_seconds();
     let started = Instant::now();
     let (mut ranges, mut files, mut payload, mut written_bytes) = (0usize, 0usize, 0u64, 0u64);
@@ -898,6 +911,7 @@ async fn compact(ctx: &BenchContext) -> Result<ScenarioReport, BenchError> {
     }
     let elapsed = started.elapsed();
     let cpu_s = cpu_before.zip(crate::sys::cpu_seconds()).map(|(a, b)| b - a);
+    feed.abort();
     let sampled = sampler.stop().await;
     if let Some(e) = failure {
         return Err(e);
