@@ -127,6 +127,16 @@ pub fn delete_request(partition: &str, key: &str) -> MetaResult<DeleteRequest> {
     })
 }
 
+/// A conditional `Delete(P, k)`: applied only while the record's version is `version`.
+pub fn delete_if_version_request(partition: &str, key: &str, version: i64) -> MetaResult<DeleteRequest> {
+    if version < 0 {
+        return Err(MetaError::InvalidRequest(format!(
+            "delete of {key}: expected version {version} is negative (versions start at 0)"
+        )));
+    }
+    Ok(DeleteRequest { expected_version_id: Some(version), ..delete_request(partition, key)? })
+}
+
 /// The spec's `DeleteRange(P, a, b)`. Both bounds must be non-empty (oxia.md §7.3: empty
 /// bounds are not reliably "unbounded" for DeleteRange).
 pub fn delete_range_request(start: &str, end: &str) -> MetaResult<DeleteRangeRequest> {

@@ -103,6 +103,26 @@ pub fn delete_outcome(key: &str, response: WriteResponse) -> MetaResult<bool> {
     }
 }
 
+/// The result of a conditional `Delete`: a record at another version (UNEXPECTED_VERSION_ID)
+/// or none (KEY_NOT_FOUND) is a version mismatch.
+pub fn delete_if_version_outcome(key: &str, expected: i64, response: WriteResponse) -> MetaResult<()> {
+    let count = (response.puts.len(), response.deletes.len(), response.delete_ranges.len());
+    let Some(delete) = response.deletes.first().filter(|_| count == (0, 1, 0)) else {
+        return Err(MetaError::Internal(format!(
+            "delete of {key}: the response holds {count:?} results, expected one delete"
+        )));
+    };
+    match status_of(delete.status, key)? {
+        Status::Ok => Ok(()),
+        Status::KeyNotFound | Status::UnexpectedVersionId => {
+            Err(MetaError::VersionMismatch { key: key.to_owned(), expected })
+        }
+        other => {
+            Err(MetaError::Internal(format!("delete of {key}: the server answered {}", other.as_str_name())))
+        }
+    }
+}
+
 /// The result of a `DeleteRange` (always OK on the server).
 pub fn delete_range_outcome(start: &str, end: &str, response: WriteResponse) -> MetaResult<()> {
     let count = (response.puts.len(), response.deletes.len(), response.delete_ranges.len());

@@ -14,17 +14,19 @@ use bytes::Bytes;
 
 use lakestream_format::{Clock, SystemClock};
 use lakestream_meta::{
-    Comparison, MetaError, MetaResult, MetaStore, PutCondition, Record, Session, WriteResult,
+    Comparison, MetaError, MetaResult, MetaStore, PutCondition, Record, Session, Version, WriteResult,
 };
 
 use crate::client::OxiaClient;
 use crate::config::{MAX_SESSION_TIMEOUT, MIN_SESSION_TIMEOUT, OxiaConfig};
 use crate::requests::{
-    delete_range_request, delete_request, is_internal_key, list_request, put_request, range_scan_request,
-    read_request, sequenced_put_request, write_delete, write_delete_range, write_put,
+    delete_if_version_request, delete_range_request, delete_request, is_internal_key, list_request,
+    put_request, range_scan_request, read_request, sequenced_put_request, write_delete, write_delete_range,
+    write_put,
 };
 use crate::responses::{
-    delete_outcome, delete_range_outcome, get_outcome, put_outcome, record, sequenced_put_outcome, single_put,
+    delete_if_version_outcome, delete_outcome, delete_range_outcome, get_outcome, put_outcome, record,
+    sequenced_put_outcome, single_put,
 };
 use crate::session::OxiaSession;
 
@@ -128,6 +130,13 @@ impl MetaStore for OxiaStore {
         let shard = self.client.shard_for(partition)?;
         let response = self.client.write_or_error(shard, write_delete(shard, request)).await?;
         delete_outcome(key, response)
+    }
+
+    async fn delete_if_version(&self, partition: &str, key: &str, version: Version) -> MetaResult<()> {
+        let request = delete_if_version_request(partition, key, version)?;
+        let shard = self.client.shard_for(partition)?;
+        let response = self.client.write_or_error(shard, write_delete(shard, request)).await?;
+        delete_if_version_outcome(key, version, response)
     }
 
     async fn delete_range(&self, partition: &str, start: &str, end: &str) -> MetaResult<()> {

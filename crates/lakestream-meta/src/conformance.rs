@@ -56,6 +56,7 @@ pub async fn run_all(factory: &dyn StoreFactory) {
     check_create_if_absent(factory).await;
     check_compare_and_set(factory).await;
     check_delete(factory).await;
+    check_delete_if_version(factory).await;
     check_comparisons(factory).await;
     check_lookups_leave_the_log(factory).await;
     check_delete_range_bounds(factory).await;
@@ -254,6 +255,34 @@ pub async fn check_delete(factory: &dyn StoreFactory) {
     assert!(store.delete(p, &k).await.unwrap_or_else(|e| s.fail(e)), "{}", s.check);
     assert!(store.get(p, &k).await.unwrap_or_else(|e| s.fail(e)).is_none(), "{}", s.check);
     assert!(!store.delete(p, &k).await.unwrap_or_else(|e| s.fail(e)), "{}", s.check);
+}
+
+/// A conditional delete removes the record only at the version given: another version, or an
+/// absent key, is a version mismatch that leaves the store as it was.
+pub async fn check_delete_if_version(factory: &dyn StoreFactory) {
+    let s = Scope::new("delete_if_version");
+    let store = factory.store().await;
+    let (p, k) = (&s.partition, s.key("k"));
+    match store.delete_if_version(p, &k, 0).await {
+        Err(MetaError::VersionMismatch { .. }) => {}
+        other => {
+            s.fail(format!("conditional delete of an absent key gave {other:?}, expected VersionMismatch"))
+        }
+    }
+    let v1 = store.put(p, &k, bytes("a"), PutCondition::None).await.unwrap_or_else(|e| s.fail(e)).version;
+    let v2 = store.put(p, &k, bytes("b"), PutCondition::None).await.unwrap_or_else(|e| s.fail(e)).version;
+    match store.delete_if_version(p, &k, v1).await {
+        Err(MetaError::VersionMismatch { expected, .. }) => assert_eq!(expected, v1, "{}", s.check),
+        other => s.fail(format!("conditional delete at a replaced version gave {other:?}")),
+    }
+    let kept = store.get(p, &k).await.unwrap_or_else(|e| s.fail(e));
+    if kept.as_ref().map(|r| (&r.value[..], r.version)) != Some((&b"b"[..], v2)) {
+        s.fail(format!("a refused conditional delete changed the record: {kept:?}"));
+    }
+    store.delete_if_version(p, &k, v2).await.unwrap_or_else(|e| s.fail(e));
+    if store.get(p, &k).await.unwrap_or_else(|e| s.fail(e)).is_some() {
+        s.fail("a conditional delete at the current version left the record");
+    }
 }
 
 /// Floor, Ceiling, Lower, Higher and Equal on a set of keys.
@@ -931,6 +960,8 @@ mod tests {
         CasIgnoresVersion,
         /// Delete-range also removes its end key.
         InclusiveDeleteRange,
+        /// A conditional delete ignores the expected version.
+        DeleteIgnoresVersion,
         /// Closing a session leaves its ephemeral records.
         CloseKeepsEphemerals,
     }
@@ -961,6 +992,13 @@ mod tests {
         }
         async fn delete(&self, p: &str, key: &str) -> crate::MetaResult<bool> {
             self.inner.delete(p, key).await
+        }
+        async fn delete_if_version(&self, p: &str, key: &str, v: crate::Version) -> crate::MetaResult<()> {
+            if matches!(self.bug, Bug::DeleteIgnoresVersion) {
+                self.inner.delete(p, key).await?;
+                return Ok(());
+            }
+            self.inner.delete_if_version(p, key, v).await
         }
         async fn delete_range(&self, p: &str, a: &str, b: &str) -> crate::MetaResult<()> {
             self.inner.delete_range(p, a, b).await?;
@@ -1053,6 +1091,8 @@ mod tests {
         assert!(cas.is_some_and(|m| m.contains("compare_and_set")));
         let range = failure_of(check_delete_range_bounds(&BrokenFactory(Bug::InclusiveDeleteRange))).await;
         assert!(range.is_some_and(|m| m.contains("[b, d)")));
+        let delete = failure_of(check_delete_if_version(&BrokenFactory(Bug::DeleteIgnoresVersion))).await;
+        assert!(delete.as_ref().is_some_and(|m| m.contains("delete_if_version")), "{delete:?}");
         let close =
             failure_of(check_ephemeral_removed_on_close(&BrokenFactory(Bug::CloseKeepsEphemerals))).await;
         assert!(close.is_some_and(|m| m.contains("outlived its session")));
@@ -1068,6 +1108,7 @@ mod tests {
         let healthy = MemoryFactory::new(1);
         assert_eq!(failure_of(check_compare_and_set(&healthy)).await, None);
         assert_eq!(failure_of(check_delete_range_bounds(&healthy)).await, None);
+        assert_eq!(failure_of(check_delete_if_version(&healthy)).await, None);
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

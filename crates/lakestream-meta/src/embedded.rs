@@ -661,6 +661,14 @@ impl MetaStore for EmbeddedStore {
         self.blocking(move |inner| inner.write(move |space, _, _| engine::delete(space, &key))).await
     }
 
+    async fn delete_if_version(&self, _partition: &str, key: &str, version: Version) -> MetaResult<()> {
+        let key = key.to_string();
+        self.blocking(move |inner| {
+            inner.write(move |space, _, _| engine::delete_if_version(space, &key, version))
+        })
+        .await
+    }
+
     async fn delete_range(&self, _partition: &str, start: &str, end: &str) -> MetaResult<()> {
         let (start, end) = (start.to_string(), end.to_string());
         self.blocking(move |inner| {

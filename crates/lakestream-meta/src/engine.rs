@@ -125,6 +125,18 @@ pub(crate) fn delete(ks: &mut impl KeySpaceMut, key: &str) -> MetaResult<bool> {
     Ok(ks.remove(&key_order::encode(key)?)?.is_some())
 }
 
+/// A conditional `Delete`: removes the key only while its version is `expected`.
+pub(crate) fn delete_if_version(ks: &mut impl KeySpaceMut, key: &str, expected: Version) -> MetaResult<()> {
+    let encoded = key_order::encode(key)?;
+    match ks.get(&encoded)? {
+        Some(current) if current.version == expected => {
+            ks.remove(&encoded)?;
+            Ok(())
+        }
+        _ => Err(MetaError::VersionMismatch { key: key.to_string(), expected }),
+    }
+}
+
 /// `DeleteRange`: removes `start <= key < end`. Returns how many records it removed.
 pub(crate) fn delete_range(ks: &mut impl KeySpaceMut, start: &str, end: &str) -> MetaResult<usize> {
     require_key("delete-range start", start)?;

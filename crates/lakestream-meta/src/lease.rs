@@ -367,6 +367,9 @@ mod tests {
             }
             self.inner.delete(p, key).await
         }
+        async fn delete_if_version(&self, p: &str, key: &str, v: crate::Version) -> MetaResult<()> {
+            self.inner.delete_if_version(p, key, v).await
+        }
         async fn delete_range(&self, p: &str, a: &str, b: &str) -> MetaResult<()> {
             self.inner.delete_range(p, a, b).await
         }

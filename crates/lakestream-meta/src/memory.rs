@@ -241,6 +241,10 @@ impl MetaStore for InMemoryStore {
         self.with_shard(partition, |shard, _| engine::delete(shard, key))
     }
 
+    async fn delete_if_version(&self, partition: &str, key: &str, version: Version) -> MetaResult<()> {
+        self.with_shard(partition, |shard, _| engine::delete_if_version(shard, key, version))
+    }
+
     async fn delete_range(&self, partition: &str, start: &str, end: &str) -> MetaResult<()> {
         self.with_shard(partition, |shard, _| engine::delete_range(shard, start, end).map(|_| ()))
     }

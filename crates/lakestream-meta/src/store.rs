@@ -112,6 +112,12 @@ pub trait MetaStore: Send + Sync + Debug {
     /// `Delete(P, k)`: removes the key if present. Returns whether it existed.
     async fn delete(&self, partition: &str, key: &str) -> MetaResult<bool>;
 
+    /// A conditional `Delete(P, k)`: removes the key only while its version is `version`
+    /// (Oxia's `expected_version_id` on a delete). A record at another version, or none, is
+    /// [`MetaError::VersionMismatch`] and nothing is removed, so a record rewritten since it
+    /// was read is never lost to a delete decided on the old value.
+    async fn delete_if_version(&self, partition: &str, key: &str, version: Version) -> MetaResult<()>;
+
     /// `DeleteRange(P, a, b)`: removes every record with `start <= key < end` placed with the
     /// partition. Both bounds must be non-empty.
     async fn delete_range(&self, partition: &str, start: &str, end: &str) -> MetaResult<()>;

@@ -75,6 +75,9 @@ impl MetaStore for FaultyMeta {
     async fn delete(&self, p: &str, k: &str) -> MetaResult<bool> {
         self.inner.delete(p, k).await
     }
+    async fn delete_if_version(&self, p: &str, k: &str, version: lakestream_meta::Version) -> MetaResult<()> {
+        self.inner.delete_if_version(p, k, version).await
+    }
     async fn delete_range(&self, p: &str, a: &str, b: &str) -> MetaResult<()> {
         self.inner.delete_range(p, a, b).await
     }

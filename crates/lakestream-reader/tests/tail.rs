@@ -43,6 +43,14 @@ impl MetaStore for CountedReads {
     async fn delete(&self, partition: &str, key: &str) -> MetaResult<bool> {
         self.inner.delete(partition, key).await
     }
+    async fn delete_if_version(
+        &self,
+        partition: &str,
+        key: &str,
+        version: lakestream_meta::Version,
+    ) -> MetaResult<()> {
+        self.inner.delete_if_version(partition, key, version).await
+    }
     async fn delete_range(&self, partition: &str, start: &str, end: &str) -> MetaResult<()> {
         self.inner.delete_range(partition, start, end).await
     }

@@ -159,6 +159,15 @@ impl MetaStore for HookStore {
         self.maybe_yield().await;
         self.inner.delete(partition, key).await
     }
+    async fn delete_if_version(
+        &self,
+        partition: &str,
+        key: &str,
+        version: lakestream_meta::Version,
+    ) -> MetaResult<()> {
+        self.maybe_yield().await;
+        self.inner.delete_if_version(partition, key, version).await
+    }
 
     async fn delete_range(&self, partition: &str, start: &str, end: &str) -> MetaResult<()> {
         self.maybe_yield().await;

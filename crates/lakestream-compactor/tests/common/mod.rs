@@ -180,6 +180,9 @@ impl MetaStore for HookedMeta {
     async fn delete(&self, p: &str, k: &str) -> MetaResult<bool> {
         self.inner.delete(p, k).await
     }
+    async fn delete_if_version(&self, p: &str, k: &str, version: lakestream_meta::Version) -> MetaResult<()> {
+        self.inner.delete_if_version(p, k, version).await
+    }
     async fn delete_range(&self, p: &str, a: &str, b: &str) -> MetaResult<()> {
         self.inner.delete_range(p, a, b).await
     }
@@ -341,6 +344,14 @@ impl MetaStore for RecordingMeta {
     async fn delete(&self, p: &str, k: &str) -> MetaResult<bool> {
         let leases = self.leases(p).await;
         self.record(format!("meta.delete {p} {k}{leases}"), self.inner.delete(p, k)).await
+    }
+    async fn delete_if_version(&self, p: &str, k: &str, version: lakestream_meta::Version) -> MetaResult<()> {
+        let leases = self.leases(p).await;
+        self.record(
+            format!("meta.delete_if_version {p} {k} {version}{leases}"),
+            self.inner.delete_if_version(p, k, version),
+        )
+        .await
     }
     async fn delete_range(&self, p: &str, a: &str, b: &str) -> MetaResult<()> {
         let leases = self.leases(p).await;
