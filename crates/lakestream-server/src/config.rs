@@ -47,6 +47,8 @@ pub struct ServerConfig {
     pub compactor_schedule: CompactorSchedule,
     /// How often retention (`retention_ms`, `retention_bytes` stream properties) is enforced.
     pub retention: RetentionConfig,
+    /// When idempotent producers' state records expire.
+    pub producers: ProducersConfig,
     /// Streams as Iceberg tables (`docs/tables.md`): which streams (`table = "iceberg"`), the
     /// catalog (`catalog`, `uri`), file sizes; committed by the compactor role.
     pub tables: lakestream_iceberg::TablesConfig,
@@ -143,6 +145,29 @@ pub struct RetentionConfig {
 impl Default for RetentionConfig {
     fn default() -> Self {
         RetentionConfig { interval: Duration::from_secs(60) }
+    }
+}
+
+/// Idempotent producers' state (`docs/api.md`): a producer's record on a partition that
+/// nothing wrote for `idle_expiry` is deleted by the writer role.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ProducersConfig {
+    /// How long a producer's state on a partition is kept after its last request. Default
+    /// 7 days; `0s` keeps every state forever.
+    #[serde(with = "humantime_serde")]
+    pub idle_expiry: Duration,
+    /// Time between sweeps over every partition. Default 1 h.
+    #[serde(with = "humantime_serde")]
+    pub sweep_interval: Duration,
+}
+
+impl Default for ProducersConfig {
+    fn default() -> Self {
+        ProducersConfig {
+            idle_expiry: Duration::from_secs(7 * 24 * 3600),
+            sweep_interval: Duration::from_secs(3600),
+        }
     }
 }
 
@@ -1166,6 +1191,24 @@ mod tests {
         )
         .unwrap();
         assert!(matches!(&config.metadata, MetadataConfig::Oxia { addresses, .. } if addresses == &["a:1"]));
+    }
+
+    #[test]
+    fn producer_expiry_defaults_and_settings() {
+        let defaults = ServerConfig::from_toml("", Path::new("x.toml")).unwrap().producers;
+        assert_eq!(
+            (defaults.idle_expiry, defaults.sweep_interval),
+            (Duration::from_secs(7 * 24 * 3600), Duration::from_secs(3600))
+        );
+        let text = "[producers]\nidle_expiry = \"1day\"\nsweep_interval = \"10m\"\n";
+        let set = ServerConfig::from_toml(text, Path::new("x.toml")).unwrap().producers;
+        assert_eq!(
+            (set.idle_expiry, set.sweep_interval),
+            (Duration::from_secs(86_400), Duration::from_secs(600))
+        );
+        let err =
+            ServerConfig::from_toml("[producers]\nidle_expiri = \"1d\"\n", Path::new("x.toml")).unwrap_err();
+        assert!(err.to_string().contains("idle_expiri"), "{err}");
     }
 
     #[test]

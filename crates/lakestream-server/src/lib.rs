@@ -119,6 +119,19 @@ pub async fn serve_all_with(
             stop.subscribe(),
         ))
     });
+    // Idle producers' states are deleted periodically (a writer-role duty, like retention).
+    let producer_expiry = (stack.writer.is_some()
+        && !config.producers.idle_expiry.is_zero()
+        && !config.producers.sweep_interval.is_zero())
+    .then(|| {
+        tokio::spawn(producers::run_expiry(
+            stack.clone(),
+            config.producers.idle_expiry,
+            config.producers.sweep_interval,
+            metrics.clone(),
+            stop.subscribe(),
+        ))
+    });
     // Expired CloudEvents deduplication records are deleted periodically.
     let ledger_cleanup = tokio::spawn(events::run_cleanup(stack.clone(), stop.subscribe()));
     // One service layer and one set of metrics behind both APIs.
@@ -151,6 +164,9 @@ pub async fn serve_all_with(
     let _ = ledger_cleanup.await;
     if let Some(r) = retention {
         let _ = r.await;
+    }
+    if let Some(task) = producer_expiry {
+        let _ = task.await;
     }
     stack.close().await;
     Ok(())

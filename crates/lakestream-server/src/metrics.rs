@@ -405,6 +405,10 @@ pub struct Metrics {
     pub retention_failures: AtomicU64,
     /// Hard trims made by the compactor role behind trim markers.
     pub hard_trims: AtomicU64,
+    /// Idempotent producers' state records deleted after `[producers] idle_expiry`.
+    pub producer_states_expired: AtomicU64,
+    /// Producer-expiry sweeps of a partition that failed (retried next sweep).
+    pub producer_expiry_failures: AtomicU64,
 }
 
 /// What the compactor role reports: counters of its passes, and per log the backlog it saw
@@ -648,6 +652,18 @@ impl Metrics {
             "lakestream_retention_failures_total",
             "Retention attempts that failed (retried next pass).",
             &self.retention_failures,
+        );
+        counter(
+            &mut out,
+            "lakestream_producer_states_expired_total",
+            "Idempotent producers' state records deleted after [producers] idle_expiry.",
+            &self.producer_states_expired,
+        );
+        counter(
+            &mut out,
+            "lakestream_producer_expiry_failures_total",
+            "Producer-expiry sweeps of a partition that failed (retried next sweep).",
+            &self.producer_expiry_failures,
         );
         counter(
             &mut out,

@@ -48,6 +48,15 @@
 //! In one process, requests of one producer to one partition run one at a time, each to its
 //! end even if its client went away, so a retry never overtakes the request it retries.
 //!
+//! ## Expiry
+//!
+//! A producer's state on a partition that nothing has written for `[producers] idle_expiry`
+//! (default 7 days) is deleted by a sweep of the writer role ([`expire_idle`]), with a delete
+//! conditional on the version it read, so a request racing the sweep keeps its record. A
+//! producer that comes back after that starts again: its next request must have sequence 0
+//! (any other is refused with `out_of_sequence`, naming 0), and a retry of a request made
+//! before the expiry is no longer recognized. Kafka expires idle producer ids the same way.
+//!
 //! ## Guarantee and limits
 //!
 //! Every entry is stored exactly once while the log's index records above the unresolved
@@ -127,6 +136,110 @@ impl ProducerSequence {
 /// The state record's key for `producer` on `log_id`.
 pub fn state_key(log_id: LogId, producer: &ProducerId) -> String {
     format!("{PRODUCER_PREFIX}{:020}/{}", log_id.0, producer.as_str())
+}
+
+/// The range `[start, end)` of every producer state key of `log_id`.
+pub fn state_range(log_id: LogId) -> (String, String) {
+    // In the store's hierarchical key order, "…/{L}//" is the same depth as "…/{L}/{id}"
+    // and above every such key (`lakestream_meta::key_order`).
+    (format!("{PRODUCER_PREFIX}{:020}/", log_id.0), format!("{PRODUCER_PREFIX}{:020}//", log_id.0))
+}
+
+/// What one expiry sweep of a log did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ExpiryStats {
+    /// State records read.
+    pub scanned: usize,
+    /// Records deleted (idle for longer than the expiry).
+    pub expired: usize,
+    /// Idle records written again between the scan and the delete, and so kept.
+    pub raced: usize,
+}
+
+/// Records read per page of a sweep.
+const EXPIRY_PAGE: usize = 1000;
+
+/// Deletes the producer states of `log_id` that nothing has written for `idle_ms` by
+/// `now_ms` (by the metadata store's modification time). Each delete is conditional on the
+/// version read: a state written meanwhile is kept.
+pub async fn expire_idle(
+    meta: &dyn MetaStore,
+    log_id: LogId,
+    now_ms: i64,
+    idle_ms: i64,
+) -> ApiResult<ExpiryStats> {
+    let partition = keys::partition(log_id);
+    let (mut start, end) = state_range(log_id);
+    let mut stats = ExpiryStats::default();
+    loop {
+        let page = meta
+            .scan(&partition, &start, &end, Some(EXPIRY_PAGE))
+            .await
+            .map_err(|e| meta_error("listing producer states", e))?;
+        stats.scanned += page.len();
+        for record in &page {
+            if now_ms.saturating_sub(record.modified_ms) <= idle_ms {
+                continue;
+            }
+            match meta.delete_if_version(&partition, &record.key, record.version).await {
+                Ok(()) => stats.expired += 1,
+                Err(MetaError::VersionMismatch { .. }) => stats.raced += 1,
+                Err(e) => return Err(meta_error("deleting an idle producer state", e)),
+            }
+        }
+        match page.last() {
+            // The next page starts just after the last key read: '-' is the smallest
+            // character a producer id may hold, so no id sorts between the two.
+            Some(last) if page.len() == EXPIRY_PAGE => start = format!("{}-", last.key),
+            _ => return Ok(stats),
+        }
+    }
+}
+
+/// Sweeps every partition of every stream each `interval`, deleting producer states idle for
+/// longer than `idle`, until `stop`.
+pub(crate) async fn run_expiry(
+    stack: crate::stack::Stack,
+    idle: std::time::Duration,
+    interval: std::time::Duration,
+    metrics: Arc<crate::metrics::Metrics>,
+    mut stop: tokio::sync::watch::Receiver<bool>,
+) {
+    use std::sync::atomic::Ordering;
+    let idle_ms = i64::try_from(idle.as_millis()).unwrap_or(i64::MAX);
+    loop {
+        tokio::select! {
+            _ = stop.changed() => return,
+            _ = tokio::time::sleep(interval) => {}
+        }
+        let streams = match stack.all_streams().await {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::warn!(error = %e, "producer expiry skipped: cannot list the catalog's streams");
+                continue;
+            }
+        };
+        for stream in streams {
+            for p in 0..stream.partition_count() {
+                let Some(log) = stream.log_ref(p) else { continue };
+                if *stop.borrow() {
+                    return;
+                }
+                match expire_idle(stack.meta.as_ref(), log.log_id, stack.clock.now_ms(), idle_ms).await {
+                    Ok(stats) => {
+                        metrics.producer_states_expired.fetch_add(stats.expired as u64, Ordering::Relaxed);
+                        if stats.expired > 0 {
+                            tracing::info!(namespace = %stream.namespace, stream = %stream.name, partition = p, expired = stats.expired, "idle producer states deleted");
+                        }
+                    }
+                    Err(e) => {
+                        metrics.producer_expiry_failures.fetch_add(1, Ordering::Relaxed);
+                        tracing::warn!(namespace = %stream.namespace, stream = %stream.name, partition = p, error = %e, "producer expiry failed; retried next sweep");
+                    }
+                }
+            }
+        }
+    }
 }
 
 /// The last request of a producer on a partition.

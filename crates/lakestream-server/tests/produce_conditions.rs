@@ -435,3 +435,68 @@ async fn a_pending_request_without_an_index_put_is_appended_once_on_retry() {
     assert_eq!(payloads(&s, &p).await, ["a-0", "b-0", "c-0"]);
     s.stop().await;
 }
+
+/// Idle producers' states expire: a sweep deletes the states of one partition that nothing
+/// wrote for the expiry (paging past 1,000 of them), keeps those of other partitions, and a
+/// producer that comes back starts again at sequence 0.
+async fn idle_producer_states_expire(s: &Running) {
+    use lakestream_server::producers::{ProducerId, ProducerState, StateRecord, expire_idle};
+    const DAY_MS: i64 = 24 * 3600 * 1000;
+    let p = create_stream(s, "expiry").await;
+    let other = create_stream(s, "expiry-other").await;
+    let produce = |tag: &str, producer: &str, sequence: u64| {
+        entries(tag, 1, json!({ "producer_id": producer, "producer_sequence": sequence }))
+    };
+    for partition in [&p, &other] {
+        let (status, body) =
+            json_call(&s.base, "POST", &format!("{partition}/entries"), produce("a", "back", 0)).await;
+        assert_eq!(status, StatusCode::OK, "{body}");
+    }
+    let log_of = |name: &'static str| async move {
+        s.stack.catalog.get_stream("default", name).await.unwrap().log_ref(0).unwrap().log_id
+    };
+    let (log, other_log) = (log_of("expiry").await, log_of("expiry-other").await);
+    // Enough more states that the sweep reads them in pages.
+    for i in 0..1_001 {
+        let id = ProducerId::parse(&format!("bulk-{i:04}")).unwrap();
+        StateRecord::new(s.stack.meta.clone(), log, &id)
+            .write(&ProducerState::default(), None)
+            .await
+            .unwrap();
+    }
+    let meta = s.stack.meta.as_ref();
+    let now = s.stack.clock.now_ms();
+    // Nothing is idle yet.
+    let fresh = expire_idle(meta, log, now, 7 * DAY_MS).await.unwrap();
+    assert_eq!((fresh.scanned, fresh.expired), (1_002, 0));
+    // Eight days on, every state of the partition goes, and only those.
+    let swept = expire_idle(meta, log, now + 8 * DAY_MS, 7 * DAY_MS).await.unwrap();
+    assert_eq!((swept.scanned, swept.expired, swept.raced), (1_002, 1_002, 0));
+    assert_eq!(expire_idle(meta, log, now + 8 * DAY_MS, 7 * DAY_MS).await.unwrap().scanned, 0);
+    let kept = StateRecord::new(s.stack.meta.clone(), other_log, &ProducerId::parse("back").unwrap());
+    assert_eq!(kept.read().await.unwrap().0.next_sequence, 1, "another partition's state was swept");
+    // The producer that comes back starts again at 0: sequence 1 is refused naming 0.
+    let (status, body) = json_call(&s.base, "POST", &format!("{p}/entries"), produce("b", "back", 1)).await;
+    assert_eq!(status, StatusCode::CONFLICT, "{body}");
+    assert_eq!(body["error"]["code"], "out_of_sequence", "{body}");
+    let message = body["error"]["message"].as_str().unwrap_or_default();
+    assert!(message.contains("the next expected sequence is 0"), "{body}");
+    let (status, body) = json_call(&s.base, "POST", &format!("{p}/entries"), produce("b", "back", 0)).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(offsets_of(&body), [1]);
+}
+
+#[tokio::test]
+async fn idle_producer_states_expire_on_the_dev_stack() {
+    let s = start(None).await;
+    idle_producer_states_expire(&s).await;
+    s.stop().await;
+}
+
+#[tokio::test]
+async fn idle_producer_states_expire_on_oxia() {
+    let oxia = lakestream_meta_oxia::testkit::StandaloneOxia::start(4, &[]).await;
+    let s = start(Some(&oxia)).await;
+    idle_producer_states_expire(&s).await;
+    s.stop().await;
+}
