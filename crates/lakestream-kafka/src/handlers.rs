@@ -430,8 +430,13 @@ impl Handler {
 
     /// The Kafka error of a failed append of `producer`'s batches: an idempotent producer's
     /// sequence below the next expected one was appended before (`DUPLICATE_SEQUENCE_NUMBER`,
-    /// which clients count a success); above, it is a gap.
+    /// which clients count a success); above, it is a gap; with no state at all (expired
+    /// while idle), `UNKNOWN_PRODUCER_ID`.
     fn append_error(e: &ApiError, producer: Option<BatchProducer>) -> (i16, String) {
+        // As Kafka does for a producer whose state expired: the client resets its sequence.
+        if e.kind() == ErrorKind::OutOfSequence && producer.is_some() && e.unknown_producer() {
+            return (ResponseError::UnknownProducerId.code(), e.message().to_owned());
+        }
         if let (ErrorKind::OutOfSequence, Some(p), Some(next)) = (e.kind(), producer, e.next_sequence())
             && (p.base_sequence as u64) < next
         {

@@ -3,7 +3,8 @@
 //! with its original offset and appended once; an older batch is DUPLICATE_SEQUENCE_NUMBER, a
 //! gap OUT_OF_ORDER_SEQUENCE_NUMBER, an older epoch INVALID_PRODUCER_EPOCH, and none of them
 //! writes anything; a new epoch starts again at sequence 0; pipelined batches of one producer
-//! are appended in order; a transactional producer is refused.
+//! are appended in order; a producer whose state expired is UNKNOWN_PRODUCER_ID; a
+//! transactional producer is refused.
 
 mod support;
 
@@ -15,6 +16,7 @@ const OUT_OF_ORDER_SEQUENCE_NUMBER: i16 = 45;
 const DUPLICATE_SEQUENCE_NUMBER: i16 = 46;
 const INVALID_PRODUCER_EPOCH: i16 = 47;
 const TRANSACTIONAL_ID_AUTHORIZATION_FAILED: i16 = 53;
+const UNKNOWN_PRODUCER_ID: i16 = 59;
 
 #[tokio::test]
 async fn a_batch_sent_again_is_appended_once() {
@@ -47,9 +49,11 @@ async fn a_batch_sent_again_is_appended_once() {
     assert_eq!(produce(&mut c, "idem", 0, bumped).await, (0, 5));
     let stale = idempotent_batch(&["y"], pid, epoch, 5);
     assert_eq!(produce(&mut c, "idem", 0, stale).await.0, INVALID_PRODUCER_EPOCH);
-    // A new epoch must start at 0.
+    // A new epoch must start at 0. Its state does not exist yet, so the answer is Kafka's for
+    // a producer without state, UNKNOWN_PRODUCER_ID (Kafka itself says OUT_OF_ORDER_SEQUENCE_NUMBER
+    // when it holds an older epoch's state; clients reset their sequences on either).
     let late_start = idempotent_batch(&["z"], pid, epoch + 2, 4);
-    assert_eq!(produce(&mut c, "idem", 0, late_start).await.0, OUT_OF_ORDER_SEQUENCE_NUMBER);
+    assert_eq!(produce(&mut c, "idem", 0, late_start).await.0, UNKNOWN_PRODUCER_ID);
     // Another producer on the same partition has sequences of its own.
     assert_eq!(produce(&mut c, "idem", 0, idempotent_batch(&["g"], other, 0, 0)).await, (0, 6));
 
@@ -103,6 +107,38 @@ async fn pipelined_batches_of_one_producer_are_appended_in_order_and_retries_are
     }
     let expected: Vec<String> = (0..20).map(|i| format!("r{i}")).collect();
     assert_eq!(values(&mut c, "pipelined").await, expected);
+    r.stop().await;
+}
+
+/// A producer whose state expired while it was idle (`[producers] idle_expiry`) gets
+/// UNKNOWN_PRODUCER_ID, as from Kafka, and starts again at sequence 0 of the same epoch.
+#[tokio::test]
+async fn a_producer_whose_state_expired_is_unknown_then_starts_again() {
+    let r = start().await;
+    let mut c = Client::connect(&r).await;
+    assert_eq!(create_topic(&mut c, "expiring", 1).await, 0);
+    let (pid, epoch) = init_producer_id(&mut c).await;
+    assert_eq!(produce(&mut c, "expiring", 0, idempotent_batch(&["a", "b"], pid, epoch, 0)).await, (0, 0));
+    // The topic's stream is named after the topic and its topic id.
+    let streams = r.stack.all_streams().await.unwrap();
+    let stream =
+        streams.iter().find(|s| s.name.starts_with("expiring-topic-id-")).expect("the topic's stream");
+    let log = stream.log_ref(0).unwrap().log_id;
+    let eight_days_on = r.stack.clock.now_ms() + 8 * 24 * 3600 * 1000;
+    let swept = lakestream_server::producers::expire_idle(
+        r.stack.meta.as_ref(),
+        log,
+        eight_days_on,
+        7 * 24 * 3600 * 1000,
+    )
+    .await
+    .unwrap();
+    assert_eq!(swept.expired, 1);
+    let next = idempotent_batch(&["c"], pid, epoch, 2);
+    assert_eq!(produce(&mut c, "expiring", 0, next).await.0, UNKNOWN_PRODUCER_ID);
+    // The client resets its sequence (Java bumps its epoch; either starts at 0).
+    assert_eq!(produce(&mut c, "expiring", 0, idempotent_batch(&["c"], pid, epoch, 0)).await, (0, 2));
+    assert_eq!(values(&mut c, "expiring").await, ["a", "b", "c"]);
     r.stop().await;
 }
 

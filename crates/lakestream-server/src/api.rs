@@ -195,12 +195,19 @@ pub struct ApiError {
     message: String,
     next_offset: Option<u64>,
     next_sequence: Option<u64>,
+    unknown_producer: bool,
 }
 
 impl ApiError {
     /// An error of `kind`.
     pub fn new(kind: ErrorKind, message: impl Into<String>) -> Self {
-        ApiError { kind, message: message.into(), next_offset: None, next_sequence: None }
+        ApiError {
+            kind,
+            message: message.into(),
+            next_offset: None,
+            next_sequence: None,
+            unknown_producer: false,
+        }
     }
 
     /// The sequence an idempotent producer's next new request must start at, for a refused
@@ -213,6 +220,22 @@ impl ApiError {
     /// This error, naming the producer's next expected sequence.
     pub fn with_next_sequence(mut self, next: u64) -> Self {
         self.next_sequence = Some(next);
+        self
+    }
+
+    /// Whether a refused idempotent request's producer has no state on the partition (new,
+    /// or expired after `[producers] idle_expiry`): the Kafka front end answers
+    /// `UNKNOWN_PRODUCER_ID` then, so that clients reset their sequences.
+    pub fn unknown_producer(&self) -> bool {
+        self.unknown_producer
+    }
+
+    /// This error, for a producer with no state on the partition.
+    fn of_unknown_producer(mut self) -> Self {
+        self.unknown_producer = true;
+        self.message.push_str(
+            "; this producer has no state on this partition (new, or expired after [producers] idle_expiry)",
+        );
         self
     }
 
@@ -861,7 +884,11 @@ impl Api {
             version = Some(record.write(&state, version).await?);
         }
         let record_counts: Vec<u32> = entries.iter().map(|(_, n)| *n).collect();
-        match producers::decide(log_id, &state, producer.sequence, &record_counts)? {
+        let decision = producers::decide(log_id, &state, producer.sequence, &record_counts).map_err(|e| {
+            // No record: a new producer, or one whose state expired while it was idle.
+            if version.is_none() { e.of_unknown_producer() } else { e }
+        })?;
+        match decision {
             Decision::Duplicate(acks) => return Ok(Ok(acks)),
             Decision::Append => {}
         }

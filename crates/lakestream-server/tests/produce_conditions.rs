@@ -481,6 +481,7 @@ async fn idle_producer_states_expire(s: &Running) {
     assert_eq!(body["error"]["code"], "out_of_sequence", "{body}");
     let message = body["error"]["message"].as_str().unwrap_or_default();
     assert!(message.contains("the next expected sequence is 0"), "{body}");
+    assert!(message.contains("no state on this partition"), "{body}");
     let (status, body) = json_call(&s.base, "POST", &format!("{p}/entries"), produce("b", "back", 0)).await;
     assert_eq!(status, StatusCode::OK, "{body}");
     assert_eq!(offsets_of(&body), [1]);
