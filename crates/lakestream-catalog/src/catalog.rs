@@ -753,7 +753,8 @@ impl Catalog {
         Err(CatalogError::Contended { key, attempts: self.config.max_cas_attempts })
     }
 
-    /// Fence, drain, purge the index records, then remove the log record.
+    /// Fence, drain, purge the index records (and the producer states), then remove the log
+    /// record.
     async fn purge_log(&self, log_id: LogId) -> Result<()> {
         lease::fence(self.store.as_ref(), log_id).await?;
         let drain = self.config.drain_config();
@@ -767,6 +768,10 @@ impl Catalog {
         self.store
             .delete_range(&keys::partition(log_id), &keys::first_key(log_id), &keys::last_key(log_id))
             .await?;
+        // Idempotent producers' states of the log (implementation-defined records in P(L)):
+        // nothing else would ever delete them once the log is gone.
+        let (start, end) = keys::producer_state_range(log_id);
+        self.store.delete_range(&keys::partition(log_id), &start, &end).await?;
         self.store.delete(self.partition(), &log_key(log_id)).await?;
         info!(%log_id, "deleted log");
         Ok(())

@@ -154,6 +154,24 @@ pub fn compaction_cursor_key(log_id: LogId) -> String {
     format!("/first-uncompacted-offset/{}", log_id.0)
 }
 
+/// The prefix of every idempotent producer's state record (implementation-defined, not in
+/// the spec): `/lakestream-producers/{L:020}/{producer}` in `P(L)`.
+pub const PRODUCER_STATE_PREFIX: &str = "/lakestream-producers/";
+
+/// The state record of `producer` on `L`.
+pub fn producer_state_key(log_id: LogId, producer: &str) -> String {
+    format!("{PRODUCER_STATE_PREFIX}{:020}/{producer}", log_id.0)
+}
+
+/// The range `[start, end)` of every producer state record of `L`. In the metadata store's
+/// hierarchical key order, `…/{L}//` is as deep as `…/{L}/{producer}` and above every such key.
+pub fn producer_state_range(log_id: LogId) -> (String, String) {
+    (
+        format!("{PRODUCER_STATE_PREFIX}{:020}/", log_id.0),
+        format!("{PRODUCER_STATE_PREFIX}{:020}//", log_id.0),
+    )
+}
+
 /// Encodes a trim marker value: B in ASCII decimal, no sign, padding or newline.
 pub fn encode_trim_marker(b: u64) -> Vec<u8> {
     b.to_string().into_bytes()

@@ -78,7 +78,7 @@ use serde::{Deserialize, Serialize};
 use crate::api::{ApiError, ApiResult, ErrorKind};
 
 /// The prefix of every producer state key.
-pub const PRODUCER_PREFIX: &str = "/lakestream-producers/";
+pub const PRODUCER_PREFIX: &str = keys::PRODUCER_STATE_PREFIX;
 
 /// The longest producer id.
 pub const MAX_PRODUCER_ID: usize = 64;
@@ -135,14 +135,7 @@ impl ProducerSequence {
 
 /// The state record's key for `producer` on `log_id`.
 pub fn state_key(log_id: LogId, producer: &ProducerId) -> String {
-    format!("{PRODUCER_PREFIX}{:020}/{}", log_id.0, producer.as_str())
-}
-
-/// The range `[start, end)` of every producer state key of `log_id`.
-pub fn state_range(log_id: LogId) -> (String, String) {
-    // In the store's hierarchical key order, "…/{L}//" is the same depth as "…/{L}/{id}"
-    // and above every such key (`lakestream_meta::key_order`).
-    (format!("{PRODUCER_PREFIX}{:020}/", log_id.0), format!("{PRODUCER_PREFIX}{:020}//", log_id.0))
+    keys::producer_state_key(log_id, producer.as_str())
 }
 
 /// What one expiry sweep of a log did.
@@ -169,7 +162,7 @@ pub async fn expire_idle(
     idle_ms: i64,
 ) -> ApiResult<ExpiryStats> {
     let partition = keys::partition(log_id);
-    let (mut start, end) = state_range(log_id);
+    let (mut start, end) = keys::producer_state_range(log_id);
     let mut stats = ExpiryStats::default();
     loop {
         let page = meta

@@ -15,7 +15,7 @@ use lakestream_catalog::records::{self, CatalogRecord, LogIdCounterRecord, listi
 use lakestream_catalog::{Catalog, CatalogConfig, CatalogError, Growth, NameRule, Stream, kafka_stream_name};
 use lakestream_format::{LogId, keys};
 use lakestream_meta::lease::{self, LeaseError};
-use lakestream_meta::{MetaStore, Record, Session};
+use lakestream_meta::{MetaStore, PutCondition, Record, Session};
 
 use hooks::HookStore;
 
@@ -607,13 +607,18 @@ pub async fn deleting_a_log_is_idempotent(store: Arc<dyn MetaStore>) {
 /// [Catalog] To fence log L, a catalog MUST create the write fence with CreateIfAbsent;
 /// [Catalog] to delete L it MUST fence L, list the lease records until none remains, and only
 /// then delete every index record with DeleteRange(P(L), K(L,0,0), K(L,MAX,MAX)).
-/// Records of other logs, and the fence, stay.
+/// Records of other logs, and the fence, stay; the log's idempotent-producer states go.
 pub async fn deleting_a_log_fences_drains_then_purges_index_records(store: Arc<dyn MetaStore>) {
     let catalog = catalog_over(store.clone(), test_config()).await;
     let doomed = create(&catalog, "doomed", 1).await.logs[0];
     let kept = create(&catalog, "kept", 1).await.logs[0];
     append_index_records(store.as_ref(), doomed, 4).await;
     let kept_keys = append_index_records(store.as_ref(), kept, 2).await;
+    // Idempotent producers' states go with their log, and only with it.
+    for (log, producer) in [(doomed, "p1"), (doomed, "p2"), (kept, "p1")] {
+        let key = keys::producer_state_key(log, producer);
+        store.put(&keys::partition(log), &key, Bytes::from_static(b"{}"), PutCondition::None).await.unwrap();
+    }
     let session = open_session(store.as_ref()).await;
     let kept_lease = lease::acquire(store.as_ref(), &session, kept, "writer-1").await.unwrap();
     catalog.drop_stream(NS, "doomed").await.unwrap();
@@ -621,6 +626,15 @@ pub async fn deleting_a_log_fences_drains_then_purges_index_records(store: Arc<d
     let fence = store.get(&keys::partition(doomed), &keys::fence_key(doomed)).await.unwrap().unwrap();
     assert_eq!(&fence.value[..], keys::FENCE_VALUE, "the fence is 0x01 and stays after deletion");
     assert_eq!(index_keys(store.as_ref(), kept).await, kept_keys);
+    let producers = |log: LogId| {
+        let store = store.clone();
+        async move {
+            let (start, end) = keys::producer_state_range(log);
+            store.list(&keys::partition(log), &start, &end).await.unwrap()
+        }
+    };
+    assert!(producers(doomed).await.is_empty(), "the dropped log's producer states are purged");
+    assert_eq!(producers(kept).await, [keys::producer_state_key(kept, "p1")]);
     assert!(!lease::is_fenced(store.as_ref(), kept).await.unwrap());
     kept_lease.release(store.as_ref()).await.unwrap();
     // A fenced log grants no new lease.
