@@ -157,13 +157,16 @@ pub struct CommitReport {
 /// Tables of streams in one catalog, their files in the compacted root.
 #[derive(Clone)]
 pub struct Tables {
-    catalog: Arc<dyn Catalog>,
-    storage: ObjectStoreStorage,
+    pub(crate) catalog: Arc<dyn Catalog>,
+    pub(crate) storage: ObjectStoreStorage,
     /// `{root_uri}/{prefix}`: where every table's directory lies.
-    warehouse: String,
+    pub(crate) warehouse: String,
     options: FileOptions,
-    attempts: u32,
-    tokens: TokenFn,
+    pub(crate) attempts: u32,
+    pub(crate) tokens: TokenFn,
+    /// Commits that no `Transaction` action makes (trims).
+    pub(crate) swap: catalog::MetadataSwap,
+    pub(crate) maintenance: crate::maintenance::MaintenanceOptions,
 }
 
 impl std::fmt::Debug for Tables {
@@ -176,7 +179,7 @@ impl std::fmt::Debug for Tables {
 }
 
 /// The current time is not needed: a short, growing pause between commit attempts.
-fn backoff(attempt: u32) -> Duration {
+pub(crate) fn backoff(attempt: u32) -> Duration {
     Duration::from_millis(50u64 << attempt.min(6))
 }
 
@@ -195,7 +198,10 @@ impl Tables {
         let storage = ObjectStoreStorage::new(root_uri.clone(), store);
         let warehouse = format!("{root_uri}/{}", config.prefix);
         let catalog = catalog::connect(config, storage.clone(), &warehouse).await?;
+        let swap = catalog::MetadataSwap::connect(config).await?;
         Ok(Tables {
+            swap,
+            maintenance: crate::maintenance::MaintenanceOptions::of(config),
             catalog,
             storage,
             warehouse,
@@ -358,7 +364,7 @@ impl Tables {
         Ok(StagedAppend { stream: stream.clone(), ranges: staged })
     }
 
-    fn storage_store(&self) -> TablesResult<&Arc<dyn ObjectStore>> {
+    pub(crate) fn storage_store(&self) -> TablesResult<&Arc<dyn ObjectStore>> {
         self.storage.object_store().ok_or_else(|| TablesError::Encode {
             table: self.warehouse.clone(),
             message: "the table storage has no object store".into(),
