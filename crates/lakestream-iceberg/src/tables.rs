@@ -261,6 +261,9 @@ impl Tables {
             match self.catalog.create_namespace(&namespace, HashMap::new()).await {
                 Ok(_) => {}
                 Err(e) if e.kind() == ErrorKind::NamespaceAlreadyExists => {}
+                // Another process (or task) created it between the check and the insert: the
+                // SQL catalog reports the unique-key violation as an unexpected error.
+                Err(_) if self.catalog.namespace_exists(&namespace).await.unwrap_or(false) => {}
                 Err(e) => {
                     return Err(TablesError::catalog(format!("creating namespace {}", stream.namespace))(e));
                 }
@@ -283,12 +286,17 @@ impl Tables {
                 tracing::info!(%stream, location = %self.location(stream), "created the stream's Iceberg table");
                 Ok(table)
             }
-            // Another committer created it first.
-            Err(e) if e.kind() == ErrorKind::TableAlreadyExists => self
-                .catalog
-                .load_table(&ident)
-                .await
-                .map_err(TablesError::catalog(format!("loading {stream}"))),
+            // Another committer created it first (the SQL catalog may report the unique-key
+            // violation of a concurrent insert as an unexpected error).
+            Err(e)
+                if e.kind() == ErrorKind::TableAlreadyExists
+                    || self.catalog.table_exists(&ident).await.unwrap_or(false) =>
+            {
+                self.catalog
+                    .load_table(&ident)
+                    .await
+                    .map_err(TablesError::catalog(format!("loading {stream}")))
+            }
             Err(e) => Err(TablesError::catalog(format!("creating {stream}"))(e)),
         }
     }
