@@ -132,7 +132,7 @@ pub(crate) async fn run(
             return;
         }
     };
-    let committer = Committer { stack, compactor, role, reader, metrics };
+    let committer = Committer { stack, compactor, role, reader, metrics, trims_applied: Default::default() };
     let mut last_maintenance: Option<i64> = None;
     loop {
         tokio::select! {
@@ -165,6 +165,9 @@ struct Committer {
     role: TablesRole,
     reader: Reader,
     metrics: Arc<Metrics>,
+    /// The trim markers each log's table already reflects (as far as this process knows), so
+    /// that a pass whose markers did not move does not load the table for them.
+    trims_applied: std::sync::Mutex<BTreeMap<u64, Offset>>,
 }
 
 impl Committer {
@@ -218,7 +221,11 @@ impl Committer {
                 }
             }
         }
-        if points.is_empty() {
+        let moved = {
+            let applied = self.trims_applied.lock().unwrap_or_else(|e| e.into_inner());
+            points.iter().any(|(log, point)| applied.get(log).is_none_or(|a| a < point))
+        };
+        if !moved {
             return Ok(());
         }
         let sref = StreamRef::new(stream.namespace.clone(), stream.name.clone());
@@ -229,6 +236,7 @@ impl Committer {
             .await
             .map_err(|e| e.to_string())?;
         self.metrics.tables.trimmed_files.fetch_add(report.files_removed as u64, Ordering::Relaxed);
+        self.trims_applied.lock().unwrap_or_else(|e| e.into_inner()).extend(points);
         Ok(())
     }
 
