@@ -21,7 +21,11 @@ none, gzip, snappy, lz4, zstd). Waits for compaction and the table commits, then
   * the snapshots' `lakestream.ranges` summaries cover each log's offsets once, without gaps
     or overlaps, and the watermarks (`lakestream.next-offset.{log}`) are each log's end;
   * DuckDB reads the current snapshot's data files (read_parquet) and finds the same rows;
-  * the opted-out stream has no table.
+  * the opted-out stream has no table;
+  * after a second batch and trims of the entry stream (partition 0 through the first batch,
+    partition 1 half-way through it), pyiceberg and DuckDB read exactly the second batch of
+    partition 0 and a suffix of partition 1 holding every offset at or past its trim marker,
+    through a `delete` snapshot; the snapshot before the trims still reads every row.
 Exits non-zero naming every failed check.
 """
 
@@ -69,12 +73,12 @@ def sqlalchemy_uri(uri):
     raise SystemExit(f"unknown catalog URI {uri}")
 
 
-def produce_http(url, ns, stream):
+def produce_http(url, ns, stream, batch=0):
     """Entries of 1 to 3 records to both partitions; returns the expected rows."""
     expected = []
     for p in range(2):
         for i in range(HTTP_PER_PARTITION):
-            payload = f"{stream} p{p} entry {i} ".encode() * (1 + i % 4)
+            payload = f"{stream} p{p} batch {batch} entry {i} ".encode() * (1 + i % 4)
             count = 1 + i % 3
             body = {"entries": [{"payload_base64": base64.b64encode(payload).decode(), "record_count": count}]}
             result = call(url, "POST", f"/v1/namespaces/{ns}/streams/{stream}/partitions/{p}/entries", body)
@@ -193,6 +197,60 @@ def check_entries_table(catalog, ident, expected):
     print(f"{ident}: {len(rows)} entry rows read back by pyiceberg and DuckDB", flush=True)
 
 
+def wait_for(what, cond, timeout=120):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if cond():
+            return True
+        time.sleep(1)
+    check(False, f"{what} within {timeout}s")
+    return False
+
+
+def check_trims(url, catalog, ident, first):
+    """Trims partition 0 through the first batch and partition 1 half-way through it; the
+    table follows. A soft trim stops at the log's last index record, so a second batch
+    (compacted in ranges of its own) is produced and committed first."""
+    ns, stream = ident
+    second = produce_http(url, ns, stream, batch=1)
+    expected = first + second
+    table = wait_for_rows(catalog, ident, len(expected))
+    before = table.current_snapshot().snapshot_id
+    p0_end = max(o + c for q, o, _, c, _ in first if q == 0)
+    p1_first = sorted(o for q, o, _, _, _ in first if q == 1)
+    p1_trim = p1_first[len(p1_first) // 2]
+    marker0 = call(url, "POST", f"/v1/namespaces/{ns}/streams/{stream}/partitions/0/trim",
+                   {"through": p0_end - 1})["trim_marker"]
+    marker1 = call(url, "POST", f"/v1/namespaces/{ns}/streams/{stream}/partitions/1/trim",
+                   {"through": p1_trim - 1})["trim_marker"]
+    check((marker0, marker1) == (p0_end, p1_trim), f"{ident}: trim markers {(marker0, marker1)} != {(p0_end, p1_trim)}")
+    p0_left = sorted(o for q, o, _, _, _ in second if q == 0)
+
+    def partition0_trimmed():
+        rows = load(catalog, ident).scan(selected_fields=("partition", "offset")).to_arrow().to_pylist()
+        return sorted(r["offset"] for r in rows if r["partition"] == 0) == p0_left
+
+    if not wait_for(f"{ident}: partition 0's first batch leaves the table after its trim", partition0_trimmed):
+        return
+    table = load(catalog, ident)
+    check(any(s.summary.operation.value == "delete" for s in table.snapshots()), f"{ident}: no delete snapshot")
+    rows = table.scan().to_arrow().sort_by([("partition", "ascending"), ("offset", "ascending")]).to_pylist()
+    got = [(r["partition"], r["offset"]) for r in rows]
+    # Partition 1: whole files only, so rows below its marker may remain from a file
+    # straddling it: a suffix of its entries holding every one at or past the marker.
+    all_p1 = sorted(o for q, o, _, _, _ in expected if q == 1)
+    got_p1 = [o for q, o in got if q == 1]
+    check(got_p1 == all_p1[len(all_p1) - len(got_p1):], f"{ident}: partition 1 after its trim {got_p1} is not a suffix of {all_p1}")
+    check(all(o in got_p1 for o in all_p1 if o >= p1_trim), f"{ident}: partition 1 rows at or past {p1_trim} are missing")
+    check(duckdb_rows(table) == got, f"{ident}: DuckDB rows after the trims differ")
+    # The snapshot before the trims (time travel) still reads every row: its files stay
+    # until it expires (tables.snapshot_max_age).
+    old = table.scan(snapshot_id=before, selected_fields=("offset",)).to_arrow().num_rows
+    check(old == len(expected), f"{ident}: the snapshot before the trims reads {old} of {len(expected)} rows")
+    print(f"{ident}: after the trims, {len(got)} of {len(expected)} rows (markers {marker0}, {marker1}); "
+          f"the snapshot before them still reads {old}", flush=True)
+
+
 def check_kafka_table(catalog, ident, expected):
     table = wait_for_rows(catalog, ident, len(expected))
     rows = table.scan().to_arrow().sort_by([("partition", "ascending"), ("offset", "ascending")]).to_pylist()
@@ -236,6 +294,7 @@ def main():
     check(load(catalog, (ns, "private")) is None, f"{ns}.private (table = none) has a table")
     table = load(catalog, (ns, "orders"))
     check(table.location() == f"{root_uri}/_iceberg/{ns}/orders", f"location {table.location()}")
+    check_trims(url, catalog, (ns, "orders"), entries)
 
     if failures:
         print(f"{len(failures)} check(s) failed", file=sys.stderr)

@@ -30,12 +30,10 @@ pub async fn connect(
     storage: ObjectStoreStorage,
     warehouse: &str,
 ) -> TablesResult<Arc<dyn Catalog>> {
-    let (database, uri) = config.database()?;
-    let (uri, bind_style) = match database {
-        // `mode=rwc` creates the database file when it is missing.
-        Database::Sqlite if !uri.contains('?') => (format!("{uri}?mode=rwc"), SqlBindStyle::QMark),
-        Database::Sqlite => (uri.to_owned(), SqlBindStyle::QMark),
-        Database::Postgres => (uri.to_owned(), SqlBindStyle::DollarNumeric),
+    let (database, uri) = database_uri(config)?;
+    let bind_style = match database {
+        Database::Sqlite => SqlBindStyle::QMark,
+        Database::Postgres => SqlBindStyle::DollarNumeric,
     };
     let props = HashMap::from([
         (SQL_CATALOG_PROP_URI.to_owned(), uri),
@@ -61,6 +59,75 @@ pub async fn connect(
         .map_err(|_| unreachable(format!("no answer within {CONNECT_TIMEOUT:?}")))?
         .map_err(|e| unreachable(e.to_string()))?;
     Ok(Arc::new(catalog))
+}
+
+/// The database kind and the URI sqlx opens.
+fn database_uri(config: &TablesConfig) -> TablesResult<(Database, String)> {
+    let (database, uri) = config.database()?;
+    Ok(match database {
+        // `mode=rwc` creates the database file when it is missing.
+        Database::Sqlite if !uri.contains('?') => (database, format!("{uri}?mode=rwc")),
+        _ => (database, uri.to_owned()),
+    })
+}
+
+/// Swaps a table's metadata location in the SQL catalog (`iceberg_tables`) only while it is
+/// still the one a commit was prepared from: the same compare-and-set (one SQL `UPDATE`) as
+/// `iceberg-catalog-sql`'s `update_table`. It serves the commits that no public `iceberg`
+/// 0.10.1 action makes (a snapshot that removes data files): `TableCommit` cannot be built
+/// outside that crate, so such metadata is built with `TableMetadataBuilder` and swapped in
+/// here.
+#[derive(Debug, Clone)]
+pub(crate) struct MetadataSwap {
+    pool: sqlx::AnyPool,
+    database: Database,
+    catalog_name: String,
+}
+
+impl MetadataSwap {
+    pub(crate) async fn connect(config: &TablesConfig) -> TablesResult<MetadataSwap> {
+        let (database, uri) = database_uri(config)?;
+        sqlx::any::install_default_drivers();
+        let pool = sqlx::any::AnyPoolOptions::new()
+            .max_connections(1)
+            .acquire_timeout(CONNECT_TIMEOUT)
+            .connect_lazy(&uri)
+            .map_err(|e| TablesError::Config {
+                key: "tables.uri".into(),
+                message: format!("cannot open {}: {e}", redact(config.uri.as_deref().unwrap_or_default())),
+            })?;
+        Ok(MetadataSwap { pool, database, catalog_name: config.catalog_name.clone() })
+    }
+
+    /// Sets the table's metadata location to `new` if it is `expected`; `Ok(false)` when it
+    /// is not (another commit came first, or the table is gone).
+    pub(crate) async fn swap(&self, table: &TableIdent, expected: &str, new: &str) -> Result<bool> {
+        let sql = match self.database {
+            Database::Sqlite => {
+                "UPDATE iceberg_tables SET metadata_location = ?, previous_metadata_location = ? \
+                 WHERE catalog_name = ? AND table_namespace = ? AND table_name = ? AND metadata_location = ? \
+                 AND (iceberg_type = 'TABLE' OR iceberg_type IS NULL)"
+            }
+            Database::Postgres => {
+                "UPDATE iceberg_tables SET metadata_location = $1, previous_metadata_location = $2 \
+                 WHERE catalog_name = $3 AND table_namespace = $4 AND table_name = $5 AND metadata_location = $6 \
+                 AND (iceberg_type = 'TABLE' OR iceberg_type IS NULL)"
+            }
+        };
+        let done = sqlx::query(sql)
+            .bind(new)
+            .bind(expected)
+            .bind(&self.catalog_name)
+            .bind(table.namespace().join("."))
+            .bind(table.name())
+            .bind(expected)
+            .execute(&self.pool)
+            .await
+            .map_err(|e| {
+                Error::new(ErrorKind::Unexpected, format!("swapping the metadata of {table}: {e}"))
+            })?;
+        Ok(done.rows_affected() == 1)
+    }
 }
 
 /// A catalog whose `load_table` answers one fixed table state and whose errors are never

@@ -65,6 +65,23 @@ pub struct TablesConfig {
     /// The most payload of one log read for one commit; a longer backlog is committed in
     /// several. Default 256 MiB (the entries and the files being built are held in memory).
     pub max_commit_bytes: u64,
+    /// How often the committer runs a table's maintenance: snapshot expiry, the deletion of
+    /// unreferenced files, and the dropping of tables whose stream was dropped. Default
+    /// 10 min. (Trims are applied on every pass.)
+    #[serde(with = "humantime_serde")]
+    pub maintenance_interval: Duration,
+    /// Snapshots older than this are expired (except the newest `min_snapshots` and the
+    /// current one). Default 1 h: time travel reaches back this far.
+    #[serde(with = "humantime_serde")]
+    pub snapshot_max_age: Duration,
+    /// The newest snapshots kept whatever their age. Default 10; at least 1.
+    pub min_snapshots: usize,
+    /// A file under a table's location that no snapshot (and no metadata version in the
+    /// table's metadata log) refers to is deleted once it is this old. Default 1 h; it must
+    /// exceed the time a commit takes from writing its first file to swapping the metadata,
+    /// so that no file of an ongoing commit is taken for an orphan.
+    #[serde(with = "humantime_serde")]
+    pub orphan_grace: Duration,
 }
 
 impl Default for TablesConfig {
@@ -83,6 +100,10 @@ impl Default for TablesConfig {
             interval: Duration::from_secs(30),
             read_chunk_bytes: 8 << 20,
             max_commit_bytes: 256 << 20,
+            maintenance_interval: Duration::from_secs(600),
+            snapshot_max_age: Duration::from_secs(3600),
+            min_snapshots: 10,
+            orphan_grace: Duration::from_secs(3600),
         }
     }
 }
@@ -168,6 +189,12 @@ impl TablesConfig {
         if self.max_commit_bytes < 1 << 20 {
             return Err(invalid("max_commit_bytes", "must be at least 1 MiB"));
         }
+        if self.maintenance_interval < Duration::from_millis(100) {
+            return Err(invalid("maintenance_interval", "must be at least 100ms"));
+        }
+        if self.min_snapshots == 0 {
+            return Err(invalid("min_snapshots", "must be at least 1 (the current snapshot is always kept)"));
+        }
         if needs_catalog {
             self.database()?;
         }
@@ -241,6 +268,8 @@ mod tests {
         assert!(bad(|c| c.codec = "brotli".into()).contains("tables.codec"));
         assert!(bad(|c| c.commit_attempts = 0).contains("tables.commit_attempts"));
         assert!(bad(|c| c.root_uri = Some("s3://b/".into())).contains("tables.root_uri"));
+        assert!(bad(|c| c.min_snapshots = 0).contains("tables.min_snapshots"));
+        assert!(bad(|c| c.maintenance_interval = Duration::ZERO).contains("tables.maintenance_interval"));
         // A process that commits nothing needs no catalog database.
         TablesConfig::default().validate(false).unwrap();
     }

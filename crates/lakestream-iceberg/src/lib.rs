@@ -7,6 +7,7 @@
 //! | [`schema`] | the two row layouts (Kafka records, entries), their Iceberg and Arrow schemas, `day(timestamp)` partitioning |
 //! | [`files`] | rows from entries (Kafka batches decoded by `lakestream_format::kafka`), Parquet data files and their Iceberg entries |
 //! | [`tables`] | [`Tables`]: a table per stream, [`Tables::stage`] and [`Tables::commit`], the exactly-once protocol |
+//! | [`maintenance`] | trims (a snapshot without the trimmed files), snapshot expiry, deletion of unreferenced files, dropping a table |
 //! | [`storage`] | Iceberg file I/O on a Lakestream `ObjectStore` (tables live in the compacted root) |
 //! | [`catalog`] | the Iceberg SQL catalog on SQLite or PostgreSQL |
 //! | [`config`] | `[tables]` settings, validated with the key named |
@@ -39,6 +40,7 @@ pub mod catalog;
 pub mod config;
 mod error;
 pub mod files;
+pub mod maintenance;
 pub mod schema;
 pub mod storage;
 pub mod tables;
@@ -46,6 +48,7 @@ pub mod tables;
 pub use config::{TABLE_ICEBERG, TABLE_NONE, TABLE_PROPERTY, TablesConfig};
 pub use error::{TablesError, TablesResult};
 pub use files::LogRange;
+pub use maintenance::{CleanReport, MaintenanceOptions, TrimReport};
 pub use schema::Layout;
 pub use tables::{
     CommitReport, RangeOutcome, StagedAppend, StagedRange, StreamRef, Tables, TokenFn, watermarks_of,

@@ -157,13 +157,16 @@ pub struct CommitReport {
 /// Tables of streams in one catalog, their files in the compacted root.
 #[derive(Clone)]
 pub struct Tables {
-    catalog: Arc<dyn Catalog>,
-    storage: ObjectStoreStorage,
+    pub(crate) catalog: Arc<dyn Catalog>,
+    pub(crate) storage: ObjectStoreStorage,
     /// `{root_uri}/{prefix}`: where every table's directory lies.
-    warehouse: String,
+    pub(crate) warehouse: String,
     options: FileOptions,
-    attempts: u32,
-    tokens: TokenFn,
+    pub(crate) attempts: u32,
+    pub(crate) tokens: TokenFn,
+    /// Commits that no `Transaction` action makes (trims).
+    pub(crate) swap: catalog::MetadataSwap,
+    pub(crate) maintenance: crate::maintenance::MaintenanceOptions,
 }
 
 impl std::fmt::Debug for Tables {
@@ -176,7 +179,7 @@ impl std::fmt::Debug for Tables {
 }
 
 /// The current time is not needed: a short, growing pause between commit attempts.
-fn backoff(attempt: u32) -> Duration {
+pub(crate) fn backoff(attempt: u32) -> Duration {
     Duration::from_millis(50u64 << attempt.min(6))
 }
 
@@ -195,7 +198,10 @@ impl Tables {
         let storage = ObjectStoreStorage::new(root_uri.clone(), store);
         let warehouse = format!("{root_uri}/{}", config.prefix);
         let catalog = catalog::connect(config, storage.clone(), &warehouse).await?;
+        let swap = catalog::MetadataSwap::connect(config).await?;
         Ok(Tables {
+            swap,
+            maintenance: crate::maintenance::MaintenanceOptions::of(config),
             catalog,
             storage,
             warehouse,
@@ -255,6 +261,9 @@ impl Tables {
             match self.catalog.create_namespace(&namespace, HashMap::new()).await {
                 Ok(_) => {}
                 Err(e) if e.kind() == ErrorKind::NamespaceAlreadyExists => {}
+                // Another process (or task) created it between the check and the insert: the
+                // SQL catalog reports the unique-key violation as an unexpected error.
+                Err(_) if self.catalog.namespace_exists(&namespace).await.unwrap_or(false) => {}
                 Err(e) => {
                     return Err(TablesError::catalog(format!("creating namespace {}", stream.namespace))(e));
                 }
@@ -277,12 +286,17 @@ impl Tables {
                 tracing::info!(%stream, location = %self.location(stream), "created the stream's Iceberg table");
                 Ok(table)
             }
-            // Another committer created it first.
-            Err(e) if e.kind() == ErrorKind::TableAlreadyExists => self
-                .catalog
-                .load_table(&ident)
-                .await
-                .map_err(TablesError::catalog(format!("loading {stream}"))),
+            // Another committer created it first (the SQL catalog may report the unique-key
+            // violation of a concurrent insert as an unexpected error).
+            Err(e)
+                if e.kind() == ErrorKind::TableAlreadyExists
+                    || self.catalog.table_exists(&ident).await.unwrap_or(false) =>
+            {
+                self.catalog
+                    .load_table(&ident)
+                    .await
+                    .map_err(TablesError::catalog(format!("loading {stream}")))
+            }
             Err(e) => Err(TablesError::catalog(format!("creating {stream}"))(e)),
         }
     }
@@ -358,7 +372,7 @@ impl Tables {
         Ok(StagedAppend { stream: stream.clone(), ranges: staged })
     }
 
-    fn storage_store(&self) -> TablesResult<&Arc<dyn ObjectStore>> {
+    pub(crate) fn storage_store(&self) -> TablesResult<&Arc<dyn ObjectStore>> {
         self.storage.object_store().ok_or_else(|| TablesError::Encode {
             table: self.warehouse.clone(),
             message: "the table storage has no object store".into(),

@@ -282,6 +282,329 @@ fn bytes(array: &arrow_array_58::ArrayRef, i: usize) -> Option<Vec<u8>> {
     })
 }
 
+fn now_ms() -> i64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as i64
+}
+
+/// (partition, offset) of every row of one snapshot (time travel), sorted.
+async fn offsets_at(tables: &Tables, stream: &StreamRef, snapshot_id: i64) -> Vec<(i32, i64)> {
+    let table = tables.catalog().load_table(&stream.ident()).await.unwrap();
+    let scan = table.scan().snapshot_id(snapshot_id).select_all().build().unwrap();
+    let batches: Vec<RecordBatch> = scan.to_arrow().await.unwrap().try_collect().await.unwrap();
+    let mut rows = Vec::new();
+    for batch in batches {
+        let p = batch.column_by_name("partition").unwrap().as_primitive::<Int32Type>();
+        let o = batch.column_by_name("offset").unwrap().as_primitive::<Int64Type>();
+        rows.extend((0..batch.num_rows()).map(|i| (p.value(i), o.value(i))));
+    }
+    rows.sort_unstable();
+    rows
+}
+
+/// The data files of the current snapshot.
+async fn live_files(tables: &Tables, stream: &StreamRef) -> Vec<String> {
+    let table = tables.catalog().load_table(&stream.ident()).await.unwrap();
+    let scan = table.scan().select_all().build().unwrap();
+    let mut files: Vec<String> =
+        scan.plan_files().await.unwrap().map_ok(|t| t.data_file_path).try_collect().await.unwrap();
+    files.sort();
+    files
+}
+
+fn local(location: &str) -> PathBuf {
+    PathBuf::from(location.strip_prefix("file://").unwrap())
+}
+
+fn rows(log_partition: i32, offsets: std::ops::Range<i64>) -> Vec<(i32, i64)> {
+    offsets.map(|o| (log_partition, o)).collect()
+}
+
+/// Log 7 (partition 0) in three commits of one data file each, [0,5) [5,10) [10,15); log 8
+/// (partition 1) [0,4).
+async fn three_commits(tables: &Tables, stream: &StreamRef) {
+    tables.append(stream, vec![range(7, 0, 0, 5), range(8, 1, 0, 4)]).await.unwrap();
+    tables.append(stream, vec![range(7, 0, 5, 10)]).await.unwrap();
+    tables.append(stream, vec![range(7, 0, 10, 15)]).await.unwrap();
+}
+
+async fn trims_remove_trimmed_files_from_the_table(db: Db) {
+    let f = fixture(db).await;
+    let stream = StreamRef::new("shop", "trimmed");
+    three_commits(&f.tables, &stream).await;
+    let before = f.tables.catalog().load_table(&stream.ident()).await.unwrap();
+    let before_snapshot = before.metadata().current_snapshot_id().unwrap();
+    let files_before = live_files(&f.tables, &stream).await;
+    assert_eq!(files_before.len(), 4);
+
+    // Log 7 trimmed at 7: [0,5) goes, [5,10) straddles and stays whole; log 8 untouched.
+    let report = f.tables.trim(&stream, &BTreeMap::from([(7, 7)]), now_ms()).await.unwrap();
+    assert_eq!((report.files_removed, report.rows_removed, report.files_straddling), (1, 5, 1), "{report:?}");
+    assert!(report.snapshot_id.is_some());
+    let expected: Vec<_> = rows(0, 5..15).into_iter().chain(rows(1, 0..4)).collect();
+    assert_eq!(offsets(&f.tables, &stream).await, expected);
+    let table = f.tables.catalog().load_table(&stream.ident()).await.unwrap();
+    let snapshot = table.metadata().current_snapshot().unwrap();
+    assert_eq!(snapshot.summary().operation, iceberg::spec::Operation::Delete);
+    assert_eq!(snapshot.summary().additional_properties["deleted-data-files"], "1");
+    assert_eq!(table.metadata().properties()["lakestream.trimmed-below.7"], "7");
+    // The watermarks are untouched: the next range continues the log.
+    assert_eq!(f.tables.watermarks(&stream).await.unwrap(), BTreeMap::from([(7, 15), (8, 4)]));
+    // A reader of the older snapshot still reads it whole: its files are still there.
+    let old: Vec<_> = rows(0, 0..15).into_iter().chain(rows(1, 0..4)).collect();
+    assert_eq!(offsets_at(&f.tables, &stream, before_snapshot).await, old);
+
+    // The same trim points again: no commit.
+    let again = f.tables.trim(&stream, &BTreeMap::from([(7, 7)]), now_ms()).await.unwrap();
+    assert_eq!(again, lakestream_iceberg::TrimReport::default());
+    let unchanged = f.tables.catalog().load_table(&stream.ident()).await.unwrap();
+    assert_eq!(unchanged.metadata_location(), table.metadata_location());
+
+    // Trimmed at 10 (log 7) and 4 (log 8, all of it); then appends go on.
+    let report = f.tables.trim(&stream, &BTreeMap::from([(7, 10), (8, 4)]), now_ms()).await.unwrap();
+    assert_eq!((report.files_removed, report.rows_removed), (2, 9), "{report:?}");
+    assert_eq!(offsets(&f.tables, &stream).await, rows(0, 10..15));
+    f.tables.append(&stream, vec![range(7, 0, 15, 20)]).await.unwrap();
+    assert_eq!(offsets(&f.tables, &stream).await, rows(0, 10..20));
+
+    // A trim point moving with no file wholly below it is recorded without a snapshot.
+    let snapshots =
+        f.tables.catalog().load_table(&stream.ident()).await.unwrap().metadata().snapshots().count();
+    let report = f.tables.trim(&stream, &BTreeMap::from([(7, 12)]), now_ms()).await.unwrap();
+    assert!(report.recorded && report.snapshot_id.is_none() && report.files_straddling == 1, "{report:?}");
+    let table = f.tables.catalog().load_table(&stream.ident()).await.unwrap();
+    assert_eq!(table.metadata().snapshots().count(), snapshots);
+    assert_eq!(table.metadata().properties()["lakestream.trimmed-below.7"], "12");
+}
+
+async fn expiry_deletes_unreferenced_files_and_keeps_referenced_ones(db: Db) {
+    let mut f = fixture(db).await;
+    let stream = StreamRef::new("shop", "expired");
+    three_commits(&f.tables, &stream).await;
+    let first_files = live_files(&f.tables, &stream).await;
+    f.tables.trim(&stream, &BTreeMap::from([(7, 10)]), now_ms()).await.unwrap();
+    let kept_files = live_files(&f.tables, &stream).await;
+    assert_eq!(kept_files.len(), 2);
+    // A crashed commit attempt: files no snapshot refers to.
+    let crashed = f.tables.stage(&stream, vec![range(7, 0, 15, 18)]).await.unwrap();
+    // A table whose name extends this one's: its files are not this table's.
+    let sibling = StreamRef::new("shop", "expired2");
+    f.tables.append(&sibling, vec![range(9, 0, 0, 3)]).await.unwrap();
+    let sibling_files = files_under(&f.dir.path().join("compacted/_iceberg/shop/expired2"));
+
+    // Nothing old enough yet with the defaults (1 h, 10 snapshots): nothing expires or goes.
+    let report = f.tables.maintain(&stream, now_ms()).await.unwrap();
+    assert_eq!((report.snapshots_expired, report.files_deleted()), (0, 0), "{report:?}");
+    assert!(report.young_files_kept >= crashed.file_paths().len(), "{report:?}");
+
+    f.tables.set_maintenance(lakestream_iceberg::MaintenanceOptions {
+        snapshot_max_age: std::time::Duration::ZERO,
+        min_snapshots: 1,
+        orphan_grace: std::time::Duration::ZERO,
+    });
+    let report = f.tables.maintain(&stream, now_ms() + 1000).await.unwrap();
+    assert_eq!(report.snapshots_expired, 3, "{report:?}");
+    // The trimmed files ([0,5) of log 7, log 8's) and the crashed attempt's are gone.
+    assert_eq!(report.data_files_deleted, 2 + crashed.file_paths().len(), "{report:?}");
+    assert!(report.metadata_files_deleted >= 3, "manifest lists of expired snapshots: {report:?}");
+    for gone in first_files.iter().filter(|p| !kept_files.contains(p)).chain(&crashed.file_paths()) {
+        assert!(!local(gone).exists(), "{gone} was not deleted");
+    }
+    // What the current snapshot reads stays, and reads the same.
+    for kept in &kept_files {
+        assert!(local(kept).exists(), "{kept} was deleted");
+    }
+    let log8 = rows(1, 0..4);
+    assert_eq!(offsets(&f.tables, &stream).await, [rows(0, 10..15), log8.clone()].concat());
+    let table = f.tables.catalog().load_table(&stream.ident()).await.unwrap();
+    assert_eq!(table.metadata().snapshots().count(), 1);
+    assert!(local(table.metadata_location().unwrap()).exists());
+    assert_eq!(files_under(&f.dir.path().join("compacted/_iceberg/shop/expired2")), sibling_files);
+    // Appends and trims go on after expiry.
+    f.tables.append(&stream, vec![range(7, 0, 15, 20)]).await.unwrap();
+    assert_eq!(offsets(&f.tables, &stream).await, [rows(0, 10..20), log8].concat());
+    // A second pass finds nothing more to delete but the metadata versions that left the log.
+    let again = f.tables.delete_unreferenced(&stream, now_ms() + 1000).await.unwrap();
+    assert_eq!(again.data_files_deleted, 0, "{again:?}");
+}
+
+async fn orphans_are_deleted_after_their_grace_period(db: Db) {
+    let mut f = fixture(db).await;
+    let stream = StreamRef::new("shop", "orphans");
+    f.tables.append(&stream, vec![range(4, 0, 0, 5)]).await.unwrap();
+    f.tables.set_maintenance(lakestream_iceberg::MaintenanceOptions {
+        snapshot_max_age: std::time::Duration::from_secs(3600),
+        min_snapshots: 1,
+        orphan_grace: std::time::Duration::from_secs(3600),
+    });
+    let young = f.tables.stage(&stream, vec![range(4, 0, 5, 8)]).await.unwrap();
+    // Younger than the grace period (a commit that may still be under way): kept.
+    let report = f.tables.delete_unreferenced(&stream, now_ms()).await.unwrap();
+    assert_eq!(report.files_deleted(), 0, "{report:?}");
+    assert_eq!(report.young_files_kept, young.file_paths().len());
+    for p in young.file_paths() {
+        assert!(local(&p).exists());
+    }
+    // Two hours later they are orphans; the table's own files stay.
+    let live = live_files(&f.tables, &stream).await;
+    let report = f.tables.delete_unreferenced(&stream, now_ms() + 2 * 3600 * 1000).await.unwrap();
+    assert_eq!(report.data_files_deleted, young.file_paths().len(), "{report:?}");
+    for p in young.file_paths() {
+        assert!(!local(&p).exists());
+    }
+    for p in &live {
+        assert!(local(p).exists());
+    }
+    assert_eq!(offsets(&f.tables, &stream).await, rows(0, 0..5));
+}
+
+/// An object store whose writes of metadata JSON fail while `fail` is set: a trim that dies
+/// after writing its manifests and manifest list, before its metadata.
+#[derive(Debug)]
+struct MetadataWritesFail {
+    inner: Arc<dyn ObjectStore>,
+    fail: std::sync::atomic::AtomicBool,
+}
+
+#[async_trait::async_trait]
+impl ObjectStore for MetadataWritesFail {
+    async fn put(
+        &self,
+        path: &lakestream_objstore::ObjectPath,
+        bytes: Bytes,
+    ) -> lakestream_objstore::ObjectResult<()> {
+        if self.fail.load(std::sync::atomic::Ordering::SeqCst) && path.as_str().ends_with(".metadata.json") {
+            return Err(lakestream_objstore::ObjectStoreError::Unavailable {
+                operation: "put",
+                path: path.as_str().to_owned(),
+                detail: "injected: the process died here".into(),
+            });
+        }
+        self.inner.put(path, bytes).await
+    }
+    async fn get(&self, path: &lakestream_objstore::ObjectPath) -> lakestream_objstore::ObjectResult<Bytes> {
+        self.inner.get(path).await
+    }
+    async fn get_range(
+        &self,
+        path: &lakestream_objstore::ObjectPath,
+        range: lakestream_objstore::ByteRange,
+    ) -> lakestream_objstore::ObjectResult<Bytes> {
+        self.inner.get_range(path, range).await
+    }
+    async fn head(
+        &self,
+        path: &lakestream_objstore::ObjectPath,
+    ) -> lakestream_objstore::ObjectResult<lakestream_objstore::ObjectMeta> {
+        self.inner.head(path).await
+    }
+    async fn delete(&self, path: &lakestream_objstore::ObjectPath) -> lakestream_objstore::ObjectResult<()> {
+        self.inner.delete(path).await
+    }
+    async fn delete_many(
+        &self,
+        paths: &[lakestream_objstore::ObjectPath],
+    ) -> lakestream_objstore::ObjectResult<()> {
+        self.inner.delete_many(paths).await
+    }
+    fn list(
+        &self,
+        prefix: &lakestream_objstore::ObjectPrefix,
+        start_after: Option<&lakestream_objstore::ObjectPath>,
+    ) -> futures::stream::BoxStream<'static, lakestream_objstore::ObjectResult<lakestream_objstore::ObjectMeta>>
+    {
+        self.inner.list(prefix, start_after)
+    }
+    fn write_once(&self) -> lakestream_objstore::WriteOnce {
+        self.inner.write_once()
+    }
+}
+
+async fn a_crash_between_trim_steps_is_repaired(db: Db) {
+    let f = fixture(db).await;
+    let stream = StreamRef::new("shop", "crashing");
+    three_commits(&f.tables, &stream).await;
+    let failing = Arc::new(MetadataWritesFail { inner: f.store.clone(), fail: true.into() });
+    let store: Arc<dyn ObjectStore> = failing.clone();
+    let crashing = Tables::connect(&f.config, store, &f.root_uri, tokens()).await.unwrap();
+    // Every attempt writes its manifests and manifest list, then dies before the metadata.
+    let err = crashing.trim(&stream, &BTreeMap::from([(7, 10)]), now_ms()).await.unwrap_err();
+    assert!(err.to_string().contains("injected"), "{err}");
+    // The table is valid and unchanged.
+    let all: Vec<_> = rows(0, 0..15).into_iter().chain(rows(1, 0..4)).collect();
+    assert_eq!(offsets(&f.tables, &stream).await, all);
+    assert!(
+        !f.tables
+            .catalog()
+            .load_table(&stream.ident())
+            .await
+            .unwrap()
+            .metadata()
+            .properties()
+            .contains_key("lakestream.trimmed-below.7")
+    );
+    // The next pass (another process) finishes the trim.
+    let report = f.tables.trim(&stream, &BTreeMap::from([(7, 10)]), now_ms()).await.unwrap();
+    assert_eq!(report.files_removed, 2, "{report:?}");
+    assert_eq!(
+        offsets(&f.tables, &stream).await,
+        rows(0, 10..15).into_iter().chain(rows(1, 0..4)).collect::<Vec<_>>()
+    );
+
+    // Expiry committed, then a crash before any file was deleted: the next pass deletes them.
+    let mut tables = Tables::connect(&f.config, f.store.clone(), &f.root_uri, tokens()).await.unwrap();
+    tables.set_maintenance(lakestream_iceberg::MaintenanceOptions {
+        snapshot_max_age: std::time::Duration::ZERO,
+        min_snapshots: 1,
+        orphan_grace: std::time::Duration::ZERO,
+    });
+    assert_eq!(tables.expire_snapshots(&stream, now_ms() + 1000).await.unwrap(), 3);
+    let restarted = {
+        let mut t = Tables::connect(&f.config, f.store.clone(), &f.root_uri, tokens()).await.unwrap();
+        t.set_maintenance(tables.maintenance());
+        t
+    };
+    let report = restarted.delete_unreferenced(&stream, now_ms() + 1000).await.unwrap();
+    // The two trimmed data files, and the crashed trims' manifests and manifest lists among
+    // the metadata files.
+    assert_eq!(report.data_files_deleted, 2, "{report:?}");
+    assert!(report.metadata_files_deleted >= 2 * 4, "{report:?}");
+    assert_eq!(
+        offsets(&restarted, &stream).await,
+        rows(0, 10..15).into_iter().chain(rows(1, 0..4)).collect::<Vec<_>>()
+    );
+}
+
+async fn dropping_a_table_deletes_it_and_its_files(db: Db) {
+    let f = fixture(db).await;
+    let stream = StreamRef::new("shop", "dropped");
+    let sibling = StreamRef::new("shop", "dropped-not");
+    f.tables.append(&stream, vec![range(5, 0, 0, 5)]).await.unwrap();
+    f.tables.stage(&stream, vec![range(5, 0, 5, 6)]).await.unwrap(); // an orphan too
+    f.tables.append(&sibling, vec![range(6, 0, 0, 5)]).await.unwrap();
+    let dir = f.dir.path().join("compacted/_iceberg/shop/dropped");
+    assert!(!files_under(&dir).is_empty());
+    assert!(f.tables.list_tables().await.unwrap().contains(&stream));
+
+    let deleted = f.tables.drop_table(&stream).await.unwrap();
+    assert!(deleted >= 4, "{deleted}");
+    assert!(files_under(&dir).is_empty(), "{:?}", files_under(&dir));
+    let err = f.tables.catalog().load_table(&stream.ident()).await.unwrap_err();
+    assert_eq!(err.kind(), iceberg::ErrorKind::TableNotFound, "{err}");
+    assert!(!f.tables.list_tables().await.unwrap().contains(&stream));
+    // Again (a drop repeated after a crash): nothing left, no error.
+    assert_eq!(f.tables.drop_table(&stream).await.unwrap(), 0);
+    // The other table is whole.
+    assert_eq!(offsets(&f.tables, &sibling).await, rows(0, 0..5));
+
+    // A drop that died after deleting the files but before the catalog row: finished later.
+    f.tables.append(&stream, vec![range(5, 0, 0, 5)]).await.unwrap();
+    for file in files_under(&dir) {
+        std::fs::remove_file(file).unwrap();
+    }
+    assert_eq!(f.tables.drop_table(&stream).await.unwrap(), 0);
+    assert!(!f.tables.list_tables().await.unwrap().contains(&stream));
+}
+
 async fn bad_settings_name_the_key(db: Db) {
     let dir = tempfile::tempdir().unwrap();
     let store: Arc<dyn ObjectStore> =
@@ -336,5 +659,10 @@ on_both!(
     crash_between_write_and_commit,
     concurrent_committers_keep_each_others_watermarks,
     kafka_records_become_rows,
-    bad_settings_name_the_key
+    bad_settings_name_the_key,
+    trims_remove_trimmed_files_from_the_table,
+    expiry_deletes_unreferenced_files_and_keeps_referenced_ones,
+    orphans_are_deleted_after_their_grace_period,
+    a_crash_between_trim_steps_is_repaired,
+    dropping_a_table_deletes_it_and_its_files
 );

@@ -509,6 +509,16 @@ pub struct TableMetrics {
     pub undecodable_entries: AtomicU64,
     /// Compacted offsets not yet in their tables, summed over the logs, at the last pass.
     pub lag_offsets: AtomicU64,
+    /// Data files removed from tables' current snapshots by trims.
+    pub trimmed_files: AtomicU64,
+    /// Snapshots expired.
+    pub snapshots_expired: AtomicU64,
+    /// Files deleted because no snapshot referred to them (data and metadata).
+    pub files_deleted: AtomicU64,
+    /// Tables dropped with their streams.
+    pub dropped: AtomicU64,
+    /// Trims, expiries, file deletions or drops that failed (retried on a later pass).
+    pub maintenance_failures: AtomicU64,
 }
 
 impl TableMetrics {
@@ -544,6 +554,36 @@ impl TableMetrics {
                 "gauge",
                 "Compacted offsets not yet in their tables, over all logs, at the last pass.",
                 &self.lag_offsets,
+            ),
+            (
+                "lakestream_table_trimmed_files_total",
+                "counter",
+                "Data files removed from tables' current snapshots because their log was trimmed.",
+                &self.trimmed_files,
+            ),
+            (
+                "lakestream_table_snapshots_expired_total",
+                "counter",
+                "Table snapshots expired.",
+                &self.snapshots_expired,
+            ),
+            (
+                "lakestream_table_files_deleted_total",
+                "counter",
+                "Table files deleted because no snapshot referred to them.",
+                &self.files_deleted,
+            ),
+            (
+                "lakestream_table_dropped_total",
+                "counter",
+                "Tables dropped with their streams.",
+                &self.dropped,
+            ),
+            (
+                "lakestream_table_maintenance_failures_total",
+                "counter",
+                "Table trims, expiries, file deletions or drops that failed (retried later).",
+                &self.maintenance_failures,
             ),
         ];
         for (name, kind, help, v) in rows {

@@ -132,7 +132,8 @@ pub(crate) async fn run(
             return;
         }
     };
-    let committer = Committer { stack, compactor, role, reader, metrics };
+    let committer = Committer { stack, compactor, role, reader, metrics, trims_applied: Default::default() };
+    let mut last_maintenance: Option<i64> = None;
     loop {
         tokio::select! {
             _ = stop.changed() => return,
@@ -146,6 +147,15 @@ pub(crate) async fn run(
             }
             _ = committer.pass() => {}
         }
+        let now = committer.stack.clock.now_ms();
+        let interval = committer.role.config.maintenance_interval.as_millis() as i64;
+        if last_maintenance.is_none_or(|last| now.saturating_sub(last) >= interval) {
+            tokio::select! {
+                _ = stop.changed() => return,
+                _ = committer.maintenance() => {}
+            }
+            last_maintenance = Some(now);
+        }
     }
 }
 
@@ -155,6 +165,9 @@ struct Committer {
     role: TablesRole,
     reader: Reader,
     metrics: Arc<Metrics>,
+    /// The trim markers each log's table already reflects (as far as this process knows), so
+    /// that a pass whose markers did not move does not load the table for them.
+    trims_applied: std::sync::Mutex<BTreeMap<u64, Offset>>,
 }
 
 impl Committer {
@@ -180,8 +193,109 @@ impl Committer {
                         "table commit failed; retried on the next pass");
                 }
             }
+            if let Err(e) = self.trim_stream(&stream).await {
+                self.metrics.tables.maintenance_failures.fetch_add(1, Ordering::Relaxed);
+                tracing::warn!(namespace = %stream.namespace, stream = %stream.name, error = %e,
+                    "trimming the stream's table failed; retried on the next pass");
+            }
         }
         self.metrics.tables.lag_offsets.store(lag, Ordering::Relaxed);
+    }
+
+    /// Removes from the stream's table the files below its logs' trim markers (soft trims by
+    /// clients, retention; hard trims follow the same markers).
+    async fn trim_stream(&self, stream: &Stream) -> Result<(), String> {
+        let mut points = BTreeMap::new();
+        for &log_id in &stream.logs {
+            let record = self
+                .stack
+                .meta
+                .get(&keys::partition(log_id), &keys::trim_marker_key(log_id))
+                .await
+                .map_err(|e| format!("reading the trim marker of log {log_id}: {e}"))?;
+            if let Some(r) = record {
+                let point = keys::decode_trim_marker(&r.value)
+                    .map_err(|e| format!("trim marker of log {log_id}: {e}"))?;
+                if point > 0 {
+                    points.insert(log_id.0, point);
+                }
+            }
+        }
+        let moved = {
+            let applied = self.trims_applied.lock().unwrap_or_else(|e| e.into_inner());
+            points.iter().any(|(log, point)| applied.get(log).is_none_or(|a| a < point))
+        };
+        if !moved {
+            return Ok(());
+        }
+        let sref = StreamRef::new(stream.namespace.clone(), stream.name.clone());
+        let report = self
+            .role
+            .tables
+            .trim(&sref, &points, self.stack.clock.now_ms())
+            .await
+            .map_err(|e| e.to_string())?;
+        self.metrics.tables.trimmed_files.fetch_add(report.files_removed as u64, Ordering::Relaxed);
+        self.trims_applied.lock().unwrap_or_else(|e| e.into_inner()).extend(points);
+        Ok(())
+    }
+
+    /// Every `maintenance_interval`: snapshot expiry and deletion of unreferenced files for
+    /// each table stream, and the dropping of the tables of dropped streams.
+    async fn maintenance(&self) {
+        let streams = match self.stack.all_streams().await {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::warn!(error = %e, "table maintenance skipped: cannot list the catalog's streams");
+                return;
+            }
+        };
+        let m = &self.metrics.tables;
+        let live: std::collections::BTreeSet<StreamRef> =
+            streams.iter().map(|s| StreamRef::new(s.namespace.clone(), s.name.clone())).collect();
+        for stream in &streams {
+            let property = stream.properties.get(lakestream_iceberg::TABLE_PROPERTY).map(String::as_str);
+            if !self.role.config.is_table(property) {
+                continue;
+            }
+            let sref = StreamRef::new(stream.namespace.clone(), stream.name.clone());
+            match self.role.tables.maintain(&sref, self.stack.clock.now_ms()).await {
+                Ok(report) => {
+                    m.snapshots_expired.fetch_add(report.snapshots_expired as u64, Ordering::Relaxed);
+                    m.files_deleted.fetch_add(report.files_deleted() as u64, Ordering::Relaxed);
+                }
+                Err(e) => {
+                    m.maintenance_failures.fetch_add(1, Ordering::Relaxed);
+                    tracing::warn!(table = %sref, error = %e, "table maintenance failed; retried later");
+                }
+            }
+        }
+        // Tables whose stream was dropped (its tombstone exists) go with their files.
+        let tables = match self.role.tables.list_tables().await {
+            Ok(t) => t,
+            Err(e) => {
+                m.maintenance_failures.fetch_add(1, Ordering::Relaxed);
+                tracing::warn!(error = %e, "listing the catalog's tables failed; dropped streams' tables are dropped later");
+                return;
+            }
+        };
+        for table in tables.into_iter().filter(|t| !live.contains(t)) {
+            match self.stack.catalog.is_dropped(&table.namespace, &table.stream).await {
+                Ok(true) => {}
+                // Not a stream of this catalog, or not dropped: not ours to drop.
+                Ok(false) | Err(_) => continue,
+            }
+            match self.role.tables.drop_table(&table).await {
+                Ok(files) => {
+                    m.dropped.fetch_add(1, Ordering::Relaxed);
+                    m.files_deleted.fetch_add(files as u64, Ordering::Relaxed);
+                }
+                Err(e) => {
+                    m.maintenance_failures.fetch_add(1, Ordering::Relaxed);
+                    tracing::warn!(%table, error = %e, "dropping the table of a dropped stream failed; retried later");
+                }
+            }
+        }
     }
 
     /// Commits what the stream's logs compacted since their watermarks; answers how many

@@ -1,7 +1,9 @@
 //! Streams as Iceberg tables on a real (embedded) stack with the SQLite catalog of
 //! `lakestream dev`: compacted ranges reach the stream's table after compaction; a stream
 //! without `table = "iceberg"` gets none; a failing commit is counted in the metrics and
-//! retried while compaction goes on; bad settings stop the start naming the key.
+//! retried while compaction goes on; bad settings stop the start naming the key; a trim
+//! removes the trimmed rows from the table, expiry deletes the files no snapshot needs, and
+//! dropping the stream drops its table.
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -149,6 +151,93 @@ async fn a_failing_commit_is_counted_and_retried_while_compaction_goes_on() {
     })
     .await;
     s.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn trims_expiry_and_drops_reach_the_table() {
+    let mut data = None;
+    let s = support::start_with(|config| {
+        config.compactor_schedule.interval = Duration::from_millis(100);
+        config.compactor.max_range_age = Duration::from_millis(100);
+        config.tables.interval = Duration::from_millis(200);
+        config.tables.maintenance_interval = Duration::from_millis(200);
+        config.tables.snapshot_max_age = Duration::ZERO;
+        config.tables.min_snapshots = 1;
+        config.tables.orphan_grace = Duration::ZERO;
+        if let lakestream_server::config::ObjectStoreConfig::Local { dir, .. } = &config.storage.compacted {
+            data = Some(dir.join("compacted"));
+        }
+    })
+    .await;
+    let table_dir = data.unwrap().join("_iceberg/default/trimmed");
+    create(&s.base, "trimmed", json!({"table": "iceberg"})).await;
+    produce(&s.base, "trimmed", 5).await;
+    eventually("the table holds every entry", async || watermarks(&s, "trimmed").await == [10, 10]).await;
+    assert_eq!(table_rows(&s, "trimmed").await, 10);
+
+    // More entries, in ranges of their own: a soft trim stops at the log's last index
+    // record, so these keep the first ones trimmable.
+    produce(&s.base, "trimmed", 2).await;
+    eventually("the table holds the new entries", async || watermarks(&s, "trimmed").await == [14, 14]).await;
+
+    // A client trims partition 0 through the first entries: their rows leave the table.
+    let (status, v) = call(
+        &s.base,
+        "POST",
+        "/v1/namespaces/default/streams/trimmed/partitions/0/trim",
+        json!({"through": 9}),
+    )
+    .await;
+    assert_eq!((status, v["trim_marker"].as_u64()), (StatusCode::OK, Some(10)), "{v}");
+    eventually("the trimmed rows leave the table", async || table_rows(&s, "trimmed").await == 9).await;
+    assert!(metric(&s.base, "lakestream_table_trimmed_files_total").await >= 1);
+    let role = s.stack.tables.as_ref().unwrap();
+    let stream = StreamRef::new("default", "trimmed");
+    let table = role.tables.catalog().load_table(&stream.ident()).await.unwrap();
+    let scan = table.scan().select_all().build().unwrap();
+    let live: Vec<String> = {
+        use futures::TryStreamExt;
+        scan.plan_files().await.unwrap().map_ok(|t| t.data_file_path).try_collect().await.unwrap()
+    };
+    // Expiry (no age kept here) deletes the trimmed files; the live ones stay.
+    eventually("the trimmed files are deleted", async || {
+        let data_files =
+            walk(&table_dir).into_iter().filter(|p| p.extension().is_some_and(|e| e == "parquet"));
+        data_files.count() == live.len()
+    })
+    .await;
+    assert!(metric(&s.base, "lakestream_table_snapshots_expired_total").await >= 1);
+    assert!(metric(&s.base, "lakestream_table_files_deleted_total").await >= 1);
+    for file in &live {
+        assert!(std::path::Path::new(file.strip_prefix("file://").unwrap()).exists(), "{file}");
+    }
+    assert_eq!(metric(&s.base, "lakestream_table_maintenance_failures_total").await, 0);
+
+    // Dropping the stream drops its table and its files.
+    let (status, v) = call(&s.base, "DELETE", "/v1/namespaces/default/streams/trimmed", Value::Null).await;
+    assert!(status.is_success(), "{status} {v}");
+    eventually("the table is dropped", async || {
+        !role.tables.catalog().table_exists(&stream.ident()).await.unwrap()
+    })
+    .await;
+    assert!(walk(&table_dir).is_empty(), "{:?}", walk(&table_dir));
+    assert_eq!(metric(&s.base, "lakestream_table_dropped_total").await, 1);
+    s.stop().await;
+}
+
+fn walk(dir: &std::path::Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).into_iter().flatten().flatten() {
+            if e.path().is_dir() {
+                stack.push(e.path());
+            } else {
+                out.push(e.path());
+            }
+        }
+    }
+    out
 }
 
 #[tokio::test(flavor = "multi_thread")]
