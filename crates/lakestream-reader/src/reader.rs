@@ -243,10 +243,15 @@ impl Reader {
             let batch = self.inner.config.scan_batch;
             let records = self.scan_records(log_id, &partition, &end_key, next, batch).await?;
             let exhausted = records.len() < batch;
-            self.read_ahead(log_id, records.get(1..).unwrap_or_default());
-            for record in &records {
+            let mut ahead_undecided = self.read_ahead(log_id, records.get(1..).unwrap_or_default());
+            for (i, record) in records.iter().enumerate() {
                 if !keys::is_index_key_of(&record.key, log_id) {
                     break 'scan;
+                }
+                // The reader has just learnt how to read its objects: read ahead as far as
+                // the budget allows now, rather than at the next read.
+                if ahead_undecided && self.inner.demand.shared(Instant::now().into_std()).is_some() {
+                    ahead_undecided = self.read_ahead(log_id, records.get(i + 1..).unwrap_or_default());
                 }
                 let (key, value) = parse_record(log_id, record, self.inner.config.format_version)?;
                 if key.end_offset <= next {
@@ -481,10 +486,12 @@ impl Reader {
     /// Read-ahead: starts loading, in the background, the WAL objects (or sections) of the
     /// records after the one being read, while the bytes being read ahead stay within
     /// `read_ahead_bytes`. A later read of them joins the load or finds them cached.
-    fn read_ahead(&self, log_id: LogId, records: &[Record]) {
+    ///
+    /// Returns whether it looked ahead less far because the adaptive mode is undecided.
+    fn read_ahead(&self, log_id: LogId, records: &[Record]) -> bool {
         let budget = self.inner.config.read_ahead_bytes;
         if budget == 0 || self.inner.config.wal_read == WalReadMode::Ranged {
-            return;
+            return false;
         }
         // Until the reader knows whether its objects are shared, it reads only a few small
         // sections ahead (by range): the first objects read decide how the next ones are
@@ -495,25 +502,25 @@ impl Reader {
         let mut ahead = 0usize;
         for record in records {
             if !keys::is_index_key_of(&record.key, log_id) {
-                return;
+                return false;
             }
             let Ok((_, Value::V3(IndexValue::Raw(raw)))) =
                 parse_record(log_id, record, self.inner.config.format_version)
             else {
-                return; // read-ahead covers RAW records; PARQUET files are read by ranges
+                return false; // read-ahead covers RAW records; PARQUET files are read by ranges
             };
             let (whole, key, size) = self.raw_plan(log_id, &raw);
             if undecided && !whole {
                 ranged_ahead += 1;
                 if ranged_ahead > demand::UNDECIDED_LOOK_AHEAD {
-                    return;
+                    return true;
                 }
             }
             let size = usize::try_from(size).unwrap_or(usize::MAX);
             // Look no further ahead than the budget, cached or not.
             ahead = ahead.saturating_add(size);
             if ahead > budget.saturating_add(size) {
-                return;
+                return false;
             }
             if self.inner.wal_objects.contains(&key) {
                 continue;
@@ -522,7 +529,7 @@ impl Reader {
             let before = in_flight.fetch_add(size, std::sync::atomic::Ordering::SeqCst);
             if before > 0 && before + size > budget {
                 in_flight.fetch_sub(size, std::sync::atomic::Ordering::SeqCst);
-                return;
+                return false;
             }
             let (reader, record) = (self.clone(), record.clone());
             tokio::spawn(async move {
@@ -531,6 +538,7 @@ impl Reader {
                 reader.inner.read_ahead_in_flight.fetch_sub(size, std::sync::atomic::Ordering::SeqCst);
             });
         }
+        false
     }
 
     /// The index region of a WAL object, parsed, with the object's first bytes as read (one
