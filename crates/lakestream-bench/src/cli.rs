@@ -36,7 +36,8 @@ pub struct BenchArgs {
     /// one).
     #[arg(value_enum, required = true, num_args = 1..)]
     pub scenario: Vec<Which>,
-    /// A service configuration file (TOML, as `serve` reads). Without it: the embedded
+    /// A service configuration file (TOML, as `serve` reads, `LAKESTREAM_SECTION__KEY`
+    /// environment variables included). Without it: the embedded
     /// metadata store and local files in a fresh directory under --out, removed afterwards.
     #[arg(long, short)]
     pub config: Option<PathBuf>,
@@ -145,7 +146,9 @@ async fn run(args: &BenchArgs) -> Result<(), BenchError> {
     let run_id = format!("r{}", SystemClock.now_ms());
     let (config, scratch) = match &args.config {
         Some(file) => {
-            let mut c = ServerConfig::from_file(file).map_err(|e| BenchError::Config(e.to_string()))?;
+            // As `serve` reads it: `LAKESTREAM_SECTION__KEY` variables set keys over the file.
+            let mut c =
+                ServerConfig::load(file, std::env::vars()).map_err(|e| BenchError::Config(e.to_string()))?;
             c.apply_env(|v| std::env::var(v).ok()).map_err(|e| BenchError::Config(e.to_string()))?;
             (c, None)
         }
