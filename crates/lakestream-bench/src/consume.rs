@@ -36,7 +36,7 @@ use crate::fetched::FetchCounter;
 use crate::hist::Histogram;
 use crate::meter::{Goal, Meter, Sampled};
 use crate::report::{Latency, Ratio, ScenarioReport, Target};
-use crate::scenarios::{BenchContext, Scenario, figure, mib};
+use crate::scenarios::{BenchContext, DataSet, Scenario, figure, mib};
 use crate::{BenchError, err};
 
 /// Payload bytes a client asks for per fetch.
@@ -476,14 +476,28 @@ fn rss_goal(r: &mut ScenarioReport, name: &str, peak: Option<u64>, bound: u64, w
     }
 }
 
-/// The scenario.
-pub(crate) async fn run(ctx: &BenchContext) -> Result<ScenarioReport, BenchError> {
-    let name = format!("bench-consume-{}", ctx.run_id);
+/// Writes the data set (`--data-mib` over `--logs` logs) and the catch-up log
+/// (`--catch-up-mib`), in that order.
+pub(crate) async fn prepare(ctx: &BenchContext) -> Result<Vec<DataSet>, BenchError> {
     let data_mib = match ctx.knobs.data_mib {
         0 => 64,
         m => m,
     };
+    let name = format!("bench-consume-{}", ctx.run_id);
     let (logs, ends, payload, written) = write_stream(ctx, &name, ctx.knobs.logs, data_mib).await?;
+    let data = DataSet::new(&logs, ends, payload, &written);
+    let catch_up_name = format!("bench-catch-up-{}", ctx.run_id);
+    let (logs, ends, payload, written) = write_stream(ctx, &catch_up_name, 1, ctx.knobs.catch_up_mib).await?;
+    Ok(vec![data, DataSet::new(&logs, ends, payload, &written)])
+}
+
+/// The scenario's phases over the data sets of [`prepare`].
+pub(crate) async fn measure(ctx: &BenchContext, data: Vec<DataSet>) -> Result<ScenarioReport, BenchError> {
+    let [data, catch_up] = <[DataSet; 2]>::try_from(data).map_err(|d| {
+        BenchError::Config(format!("the consume scenario measures two data sets, {} given", d.len()))
+    })?;
+    let (name, logs, ends, payload, written) =
+        (data.stream.clone(), data.logs(), data.ends.clone(), data.payload, data.objects()?);
     let wal_bytes: u64 = written.iter().map(|m| m.size).sum();
     let wal_paths: Vec<ObjectPath> = written.iter().map(|m| m.path.clone()).collect();
     let concurrency = logs.len();
@@ -539,9 +553,8 @@ pub(crate) async fn run(ctx: &BenchContext) -> Result<ScenarioReport, BenchError
     served.stop().await;
 
     // Catch-up: one log from its first offset, one client.
-    let catch_up_name = format!("bench-catch-up-{}", ctx.run_id);
-    let (_, catch_up_ends, catch_up_payload, catch_up_written) =
-        write_stream(ctx, &catch_up_name, 1, ctx.knobs.catch_up_mib).await?;
+    let (catch_up_name, catch_up_ends, catch_up_payload, catch_up_written) =
+        (catch_up.stream.clone(), catch_up.ends.clone(), catch_up.payload, catch_up.objects()?);
     let catch_up_wal: u64 = catch_up_written.iter().map(|m| m.size).sum();
     let mut catch_up_paths: Vec<ObjectMeta> = catch_up_written;
     catch_up_paths.sort_by(|a, b| a.path.as_str().cmp(b.path.as_str()));
@@ -719,7 +732,8 @@ pub(crate) async fn run(ctx: &BenchContext) -> Result<ScenarioReport, BenchError
          by the clients. Every phase runs whole passes until it has run for the phase duration; cold, catch-up and \
          compacted passes each use a fresh reader (empty caches; the OS page cache of the object store stays warm for \
          every phase and baseline alike). Per-core figures divide by this process's CPU time, clients included. RSS is \
-         this process's (writer idle, clients included). The WAL read mode is {:?}. The time series runs through the \
+         this process's, clients included (`lakestream bench` measures in a process of its own with no writer; \
+         another process wrote the data sets before it started). The WAL read mode is {:?}. The time series runs through the \
          phases in order (each measured phase before its baseline, so that its RSS is its own): cold HTTP, cold gRPC, \
          raw GET, cached HTTP, cached gRPC, catch-up, raw sequential GET, compacted cold, raw GET of the compacted \
          files.",

@@ -33,13 +33,13 @@ pub mod sys;
 
 use std::path::PathBuf;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 pub use report::ScenarioReport;
 pub use scenarios::{BenchContext, Scenario, run};
 
 /// The knobs of a run. `None` takes the value from the configuration.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Knobs {
     /// How many logs (partitions of the bench stream) the load spreads over.
     pub logs: u32,
