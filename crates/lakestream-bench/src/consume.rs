@@ -525,7 +525,24 @@ pub(crate) async fn measure(ctx: &BenchContext, data: Vec<DataSet>) -> Result<Sc
     let (get, s) = raw_get_passes(ctx, &ctx.stack.wal, &wal_paths, concurrency, "consume: raw GET").await?;
     keep(&s, get.elapsed.as_secs_f64());
 
-    // Cached: one reader whose WAL cache holds the whole data set, warmed by one pass.
+    // Catch-up: one log from its first offset, one client.
+    let (catch_up_name, catch_up_ends, catch_up_payload, catch_up_written) =
+        (catch_up.stream.clone(), catch_up.ends.clone(), catch_up.payload, catch_up.objects()?);
+    let catch_up_wal: u64 = catch_up_written.iter().map(|m| m.size).sum();
+    let mut catch_up_paths: Vec<ObjectMeta> = catch_up_written;
+    catch_up_paths.sort_by(|a, b| a.path.as_str().cmp(b.path.as_str()));
+    let catch_up_paths: Vec<ObjectPath> = catch_up_paths.into_iter().map(|m| m.path).collect();
+    let (catch_up, catch_up_n, catch_up_fetched, s) =
+        cold_passes(ctx, Transport::Http, &catch_up_name, &catch_up_ends, "consume: catch-up, HTTP").await?;
+    keep(&s, catch_up.elapsed.as_secs_f64());
+    peaks.push(("catch-up", s.peak_rss));
+    let (sequential_get, s) =
+        raw_get_passes(ctx, &ctx.stack.wal, &catch_up_paths, 1, "consume: raw sequential GET").await?;
+    keep(&s, sequential_get.elapsed.as_secs_f64());
+
+    // Cached: one reader whose WAL cache holds the whole data set, warmed by one pass. After
+    // the cold and catch-up phases, whose RSS would otherwise hold what the allocator kept of
+    // this cache.
     let cache = ctx.config.reader.object_cache_bytes.max((wal_bytes + wal_bytes / 4) as usize + (64 << 20));
     let deps = ReaderDeps {
         meta: ctx.stack.meta.clone(),
@@ -551,21 +568,6 @@ pub(crate) async fn measure(ctx: &BenchContext, data: Vec<DataSet>) -> Result<Sc
         cached.push((transport, stats, n, cpu_s));
     }
     served.stop().await;
-
-    // Catch-up: one log from its first offset, one client.
-    let (catch_up_name, catch_up_ends, catch_up_payload, catch_up_written) =
-        (catch_up.stream.clone(), catch_up.ends.clone(), catch_up.payload, catch_up.objects()?);
-    let catch_up_wal: u64 = catch_up_written.iter().map(|m| m.size).sum();
-    let mut catch_up_paths: Vec<ObjectMeta> = catch_up_written;
-    catch_up_paths.sort_by(|a, b| a.path.as_str().cmp(b.path.as_str()));
-    let catch_up_paths: Vec<ObjectPath> = catch_up_paths.into_iter().map(|m| m.path).collect();
-    let (catch_up, catch_up_n, catch_up_fetched, s) =
-        cold_passes(ctx, Transport::Http, &catch_up_name, &catch_up_ends, "consume: catch-up, HTTP").await?;
-    keep(&s, catch_up.elapsed.as_secs_f64());
-    peaks.push(("catch-up", s.peak_rss));
-    let (sequential_get, s) =
-        raw_get_passes(ctx, &ctx.stack.wal, &catch_up_paths, 1, "consume: raw sequential GET").await?;
-    keep(&s, sequential_get.elapsed.as_secs_f64());
 
     // Compacted: the data set compacted, read cold over HTTP; raw GET of its files.
     let files = compact_all(ctx, &logs, &name).await?;
@@ -716,8 +718,13 @@ pub(crate) async fn measure(ctx: &BenchContext, data: Vec<DataSet>) -> Result<Sc
 
     let config_bound = (ctx.config.reader.object_cache_bytes + ctx.config.reader.read_ahead_bytes) as u64;
     let peak = |which: &str| peaks.iter().filter(|(n, _)| *n == which).filter_map(|(_, p)| *p).max();
-    let cold_peak = ["cold", "catch-up", "compacted"].iter().filter_map(|w| peak(w)).max();
-    rss_goal(&mut r, "cold, catch-up and compacted phases", cold_peak, config_bound, "cache + read-ahead");
+    let cold_peak = ["cold", "catch-up"].iter().filter_map(|w| peak(w)).max();
+    rss_goal(&mut r, "cold and catch-up phases", cold_peak, config_bound, "cache + read-ahead");
+    // The compacted phase runs after the cached phases and an in-process compaction: its RSS
+    // holds what the allocator kept of them, so it is shown but not held to the bound.
+    if let Some(p) = peak("compacted") {
+        r.figures.push(figure("peak RSS, compacted phase (after the cached phases)", mib(p), "MiB"));
+    }
     rss_goal(
         &mut r,
         "cached phases",
@@ -735,7 +742,7 @@ pub(crate) async fn measure(ctx: &BenchContext, data: Vec<DataSet>) -> Result<Sc
          this process's, clients included (`lakestream bench` measures in a process of its own with no writer; \
          another process wrote the data sets before it started). The WAL read mode is {:?}. The time series runs through the \
          phases in order (each measured phase before its baseline, so that its RSS is its own): cold HTTP, cold gRPC, \
-         raw GET, cached HTTP, cached gRPC, catch-up, raw sequential GET, compacted cold, raw GET of the compacted \
+         raw GET, catch-up, raw sequential GET, cached HTTP, cached gRPC, compacted cold, raw GET of the compacted \
          files.",
         FETCH_BYTES >> 20,
         ctx.config.reader.wal_read,
