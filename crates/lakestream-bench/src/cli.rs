@@ -1,14 +1,16 @@
 //! `lakestream bench`: the command-line front of this crate (the `lakestream` binary
 //! flattens [`BenchArgs`] into its `bench` subcommand).
 
-use std::path::PathBuf;
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use lakestream_format::{Clock as _, SystemClock};
 use lakestream_server::ServerConfig;
 
+use crate::report::ScenarioReport;
 use crate::scenarios::{BenchContext, Scenario};
-use crate::{BenchError, Knobs};
+use crate::{BenchError, Knobs, err};
 
 /// Which scenarios to run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -29,14 +31,26 @@ pub enum Which {
     All,
 }
 
+/// One step of one scenario, run by a child process of `lakestream bench`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Step {
+    /// Write the scenario's data sets (consume, compact) and record them.
+    Prepare,
+    /// Measure the scenario (over the recorded data sets) and record its report.
+    Measure,
+}
+
 /// `lakestream bench SCENARIO... [--config FILE] [knobs] --out DIR`.
 #[derive(Debug, Clone, clap::Args)]
 pub struct BenchArgs {
     /// The scenarios, run one after another on one stack in the order given (`all`: every
-    /// one).
+    /// one), each measured in a process of its own, so that its peak RSS is its role's: for
+    /// `consume` and `compact`, one process writes the data set and exits, then a fresh one
+    /// with no writer measures the reader or the compactor.
     #[arg(value_enum, required = true, num_args = 1..)]
     pub scenario: Vec<Which>,
-    /// A service configuration file (TOML, as `serve` reads). Without it: the embedded
+    /// A service configuration file (TOML, as `serve` reads, `LAKESTREAM_SECTION__KEY`
+    /// environment variables included). Without it: the embedded
     /// metadata store and local files in a fresh directory under --out, removed afterwards.
     #[arg(long, short)]
     pub config: Option<PathBuf>,
@@ -79,6 +93,15 @@ pub struct BenchArgs {
     /// No progress bars.
     #[arg(long)]
     pub quiet: bool,
+    /// Internal: the step this process runs (`lakestream bench` runs itself once per step).
+    #[arg(long, hide = true, value_enum, requires_all = ["child_scenario", "run_id"])]
+    pub child: Option<Step>,
+    /// Internal: the scenario of `--child`.
+    #[arg(long, hide = true, value_enum)]
+    pub child_scenario: Option<Which>,
+    /// Internal: the run this child process belongs to (its streams, prefixes and files).
+    #[arg(long, hide = true)]
+    pub run_id: Option<String>,
 }
 
 impl BenchArgs {
@@ -98,20 +121,30 @@ impl BenchArgs {
     }
 }
 
-/// Runs the command on a fresh multi-threaded runtime; prints where the report went.
+/// Runs the command: the scenarios one after another, each step in a child process (this
+/// program run again with `--child`); prints where the report went.
 pub fn main(args: BenchArgs) -> ExitCode {
-    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
-        Ok(r) => r,
-        Err(e) => {
-            eprintln!("lakestream bench: cannot start the async runtime: {e}");
-            return ExitCode::FAILURE;
+    let outcome = match (args.child, args.child_scenario, args.run_id.as_deref()) {
+        (Some(step), Some(which), Some(run_id)) => {
+            match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+                Ok(runtime) => runtime.block_on(child(&args, step, which, run_id)),
+                Err(e) => {
+                    eprintln!("lakestream bench: cannot start the async runtime: {e}");
+                    return ExitCode::FAILURE;
+                }
+            }
         }
+        _ => run(&args),
     };
-    match runtime.block_on(run(&args)) {
+    match outcome {
         Ok(()) => ExitCode::SUCCESS,
         Err(e @ (BenchError::Knob { .. } | BenchError::Config(_))) => {
             eprintln!("lakestream bench: {e}");
             ExitCode::from(2)
+        }
+        Err(e @ BenchError::Unavailable { .. }) => {
+            eprintln!("lakestream bench: {e}");
+            ExitCode::from(UNAVAILABLE)
         }
         Err(e) => {
             eprintln!("lakestream bench: {e}");
@@ -119,6 +152,9 @@ pub fn main(args: BenchArgs) -> ExitCode {
         }
     }
 }
+
+/// A child's exit status when its scenario is not available in this build.
+const UNAVAILABLE: u8 = 3;
 
 /// The scenarios `which` names, in order, each once (`all` expands to every scenario).
 fn scenarios(which: &[Which]) -> Vec<Scenario> {
@@ -141,63 +177,170 @@ fn scenarios(which: &[Which]) -> Vec<Scenario> {
     out
 }
 
-async fn run(args: &BenchArgs) -> Result<(), BenchError> {
-    let run_id = format!("r{}", SystemClock.now_ms());
-    let (config, scratch) = match &args.config {
+/// The configuration of the run: the file's, or (without one) the embedded store and local
+/// files in `data-RUN_ID` under --out, which the caller removes when the run is over.
+fn config_of(args: &BenchArgs, run_id: &str) -> Result<(ServerConfig, Option<PathBuf>), BenchError> {
+    match &args.config {
         Some(file) => {
-            let mut c = ServerConfig::from_file(file).map_err(|e| BenchError::Config(e.to_string()))?;
+            // As `serve` reads it: `LAKESTREAM_SECTION__KEY` variables set keys over the file.
+            let mut c =
+                ServerConfig::load(file, std::env::vars()).map_err(|e| BenchError::Config(e.to_string()))?;
             c.apply_env(|v| std::env::var(v).ok()).map_err(|e| BenchError::Config(e.to_string()))?;
-            (c, None)
+            Ok((c, None))
         }
         None => {
             let dir = args.out.join(format!("data-{run_id}"));
-            (ServerConfig::dev(&dir, ([127, 0, 0, 1], 0).into()), Some(dir))
+            Ok((ServerConfig::dev(&dir, ([127, 0, 0, 1], 0).into()), Some(dir)))
+        }
+    }
+}
+
+/// Where the children of run `run_id` leave their data sets and reports.
+fn steps_dir(args: &BenchArgs, run_id: &str) -> PathBuf {
+    args.out.join(format!("steps-{run_id}"))
+}
+
+fn data_file(args: &BenchArgs, run_id: &str, which: Scenario) -> PathBuf {
+    steps_dir(args, run_id).join(format!("{}-data.json", which.name()))
+}
+
+fn report_file(args: &BenchArgs, run_id: &str, which: Scenario) -> PathBuf {
+    steps_dir(args, run_id).join(format!("{}-report.json", which.name()))
+}
+
+fn write_json<T: serde::Serialize>(path: &Path, value: &T) -> Result<(), BenchError> {
+    let io = |source| BenchError::Io { path: path.to_path_buf(), source };
+    let text = serde_json::to_vec(value).map_err(|e| io(std::io::Error::other(e)))?;
+    std::fs::write(path, text).map_err(io)
+}
+
+fn read_json<T: serde::de::DeserializeOwned>(path: &Path) -> Result<T, BenchError> {
+    let io = |source| BenchError::Io { path: path.to_path_buf(), source };
+    let text = std::fs::read(path).map_err(io)?;
+    serde_json::from_slice(&text).map_err(|e| io(std::io::Error::other(e)))
+}
+
+/// The arguments of a child running `step` of `which`: this process's own, which name the
+/// scenarios, knobs and stores, plus the step.
+fn child_args(own: &[OsString], step: Step, which: Which, run_id: &str) -> Vec<OsString> {
+    fn value<V: clap::ValueEnum>(v: &V) -> String {
+        v.to_possible_value().map(|p| p.get_name().to_string()).unwrap_or_default()
+    }
+    let mut args = own.to_vec();
+    for (flag, v) in
+        [("--child", value(&step)), ("--child-scenario", value(&which)), ("--run-id", run_id.to_string())]
+    {
+        args.push(flag.into());
+        args.push(v.into());
+    }
+    args
+}
+
+fn which_of(s: Scenario) -> Which {
+    match s {
+        Scenario::Produce => Which::Produce,
+        Scenario::Consume => Which::Consume,
+        Scenario::Compact => Which::Compact,
+        Scenario::Events => Which::Events,
+        Scenario::Meta => Which::Meta,
+    }
+}
+
+/// Runs `step` of `s` in a child process and waits for it.
+fn spawn_step(s: Scenario, step: Step, run_id: &str) -> Result<(), BenchError> {
+    let what = format!("the {} scenario's {step:?} process", s.name()).to_lowercase();
+    let program = std::env::current_exe().map_err(err(format!("{what}: this program's path")))?;
+    let own: Vec<OsString> = std::env::args_os().skip(1).collect();
+    let status = std::process::Command::new(program)
+        .args(child_args(&own, step, which_of(s), run_id))
+        .status()
+        .map_err(err(format!("starting {what}")))?;
+    match status.code() {
+        Some(0) => Ok(()),
+        Some(c) if c == i32::from(UNAVAILABLE) => {
+            Err(BenchError::Unavailable { scenario: s.name(), reason: format!("{what} said so (see above)") })
+        }
+        _ => Err(BenchError::Operation { what, message: format!("{status} (see above)") }),
+    }
+}
+
+/// A child: one step of one scenario on the run's stack, its outcome left in the run's steps
+/// directory. A measuring child of `consume` or `compact` has no writer.
+async fn child(args: &BenchArgs, step: Step, which: Which, run_id: &str) -> Result<(), BenchError> {
+    let [s] = <[Scenario; 1]>::try_from(scenarios(&[which]))
+        .map_err(|_| BenchError::Config("--child-scenario names one scenario, not all".into()))?;
+    let (config, _) = config_of(args, run_id)?;
+    let writer = step == Step::Prepare || !s.has_data_set();
+    let ctx = BenchContext::open_for(config, args.knobs(), run_id, !args.quiet, writer).await?;
+    let outcome = match step {
+        Step::Prepare => match crate::scenarios::prepare(&ctx, s).await {
+            Ok(data) => write_json(&data_file(args, run_id, s), &data),
+            Err(e) => Err(e),
+        },
+        Step::Measure => {
+            let data = if s.has_data_set() { read_json(&data_file(args, run_id, s)) } else { Ok(Vec::new()) };
+            match data {
+                Ok(data) => match crate::scenarios::measure(&ctx, s, data).await {
+                    Ok(report) => write_json(&report_file(args, run_id, s), &report),
+                    Err(e) => Err(e),
+                },
+                Err(e) => Err(e),
+            }
         }
     };
+    ctx.close().await;
+    outcome
+}
+
+fn run(args: &BenchArgs) -> Result<(), BenchError> {
+    args.knobs().validate()?;
+    let run_id = format!("r{}", SystemClock.now_ms());
+    // Read here too, so that a bad file is named before any child starts.
+    let (_, scratch) = config_of(args, &run_id)?;
     let scenarios = scenarios(&args.scenario);
-    let result = async {
-        let ctx = BenchContext::open(config, args.knobs(), &run_id, !args.quiet).await?;
-        let mut reports = Vec::new();
-        let mut outcome = Ok(());
-        for s in &scenarios {
-            match crate::run(&ctx, *s).await {
-                Ok(r) => reports.push(r),
-                // `all` goes on without a scenario this build cannot run, and says so.
-                Err(e @ BenchError::Unavailable { .. }) if scenarios.len() > 1 => {
-                    eprintln!("lakestream bench: skipped: {e}")
-                }
-                Err(e) => {
-                    outcome = Err(e);
-                    break;
-                }
+    let steps = steps_dir(args, &run_id);
+    std::fs::create_dir_all(&steps).map_err(|source| BenchError::Io { path: steps.clone(), source })?;
+    let mut reports: Vec<ScenarioReport> = Vec::new();
+    let mut outcome = Ok(());
+    for s in &scenarios {
+        let ran = (if s.has_data_set() { spawn_step(*s, Step::Prepare, &run_id) } else { Ok(()) })
+            .and_then(|()| spawn_step(*s, Step::Measure, &run_id))
+            .and_then(|()| read_json(&report_file(args, &run_id, *s)));
+        match ran {
+            Ok(r) => reports.push(r),
+            // `all` goes on without a scenario this build cannot run, and says so.
+            Err(e @ BenchError::Unavailable { .. }) if scenarios.len() > 1 => {
+                eprintln!("lakestream bench: skipped: {e}")
+            }
+            Err(e) => {
+                outcome = Err(e);
+                break;
             }
         }
-        ctx.close().await;
-        if !reports.is_empty() {
-            let written = crate::report::write(&reports, &args.title, &args.out)?;
-            println!("{}", written.markdown.display());
-            for r in &reports {
-                for t in &r.targets {
-                    println!(
-                        "{:8} {:<70} {:>10.2} {:<5} {} ({})",
-                        r.scenario,
-                        t.name,
-                        t.measured,
-                        t.unit,
-                        if t.met { "met" } else { "MISSED" },
-                        t.margin
-                    );
-                }
-            }
-        }
-        outcome
     }
-    .await;
+    // Best effort: leftovers are only disk space.
+    let _ = std::fs::remove_dir_all(&steps);
     if let Some(dir) = scratch {
-        // Best effort: a leftover scratch directory is only disk space.
         let _ = std::fs::remove_dir_all(dir);
     }
-    result
+    if !reports.is_empty() {
+        let written = crate::report::write(&reports, &args.title, &args.out)?;
+        println!("{}", written.markdown.display());
+        for r in &reports {
+            for t in &r.targets {
+                println!(
+                    "{:8} {:<70} {:>10.2} {:<5} {} ({})",
+                    r.scenario,
+                    t.name,
+                    t.measured,
+                    t.unit,
+                    if t.met { "met" } else { "MISSED" },
+                    t.margin
+                );
+            }
+        }
+    }
+    outcome
 }
 
 #[cfg(test)]
@@ -219,5 +362,20 @@ mod tests {
         let cli = Cli::try_parse_from(["bench", "all", "--out", "x"]).unwrap();
         assert_eq!(scenarios(&cli.bench.scenario), Scenario::ALL);
         assert!(Cli::try_parse_from(["bench", "--out", "x"]).is_err());
+    }
+
+    #[test]
+    fn a_child_gets_the_arguments_of_its_parent_and_its_step() {
+        let own: Vec<OsString> =
+            ["bench", "consume", "compact", "--out", "x", "--duration", "3"].map(OsString::from).to_vec();
+        let args = child_args(&own[1..], Step::Prepare, Which::Compact, "r7");
+        let cli = Cli::try_parse_from(std::iter::once(OsString::from("bench")).chain(args)).unwrap();
+        assert_eq!(cli.bench.child, Some(Step::Prepare));
+        assert_eq!(cli.bench.child_scenario, Some(Which::Compact));
+        assert_eq!(cli.bench.run_id.as_deref(), Some("r7"));
+        assert_eq!(cli.bench.duration, 3.0);
+        assert_eq!(cli.bench.scenario, [Which::Consume, Which::Compact]);
+        // A step names its scenario and run.
+        assert!(Cli::try_parse_from(["bench", "meta", "--out", "x", "--child", "measure"]).is_err());
     }
 }

@@ -36,7 +36,7 @@ use crate::fetched::FetchCounter;
 use crate::hist::Histogram;
 use crate::meter::{Goal, Meter, Sampled};
 use crate::report::{Latency, Ratio, ScenarioReport, Target};
-use crate::scenarios::{BenchContext, Scenario, figure, mib};
+use crate::scenarios::{BenchContext, DataSet, Scenario, figure, mib};
 use crate::{BenchError, err};
 
 /// Payload bytes a client asks for per fetch.
@@ -476,14 +476,28 @@ fn rss_goal(r: &mut ScenarioReport, name: &str, peak: Option<u64>, bound: u64, w
     }
 }
 
-/// The scenario.
-pub(crate) async fn run(ctx: &BenchContext) -> Result<ScenarioReport, BenchError> {
-    let name = format!("bench-consume-{}", ctx.run_id);
+/// Writes the data set (`--data-mib` over `--logs` logs) and the catch-up log
+/// (`--catch-up-mib`), in that order.
+pub(crate) async fn prepare(ctx: &BenchContext) -> Result<Vec<DataSet>, BenchError> {
     let data_mib = match ctx.knobs.data_mib {
         0 => 64,
         m => m,
     };
+    let name = format!("bench-consume-{}", ctx.run_id);
     let (logs, ends, payload, written) = write_stream(ctx, &name, ctx.knobs.logs, data_mib).await?;
+    let data = DataSet::new(&logs, ends, payload, &written);
+    let catch_up_name = format!("bench-catch-up-{}", ctx.run_id);
+    let (logs, ends, payload, written) = write_stream(ctx, &catch_up_name, 1, ctx.knobs.catch_up_mib).await?;
+    Ok(vec![data, DataSet::new(&logs, ends, payload, &written)])
+}
+
+/// The scenario's phases over the data sets of [`prepare`].
+pub(crate) async fn measure(ctx: &BenchContext, data: Vec<DataSet>) -> Result<ScenarioReport, BenchError> {
+    let [data, catch_up] = <[DataSet; 2]>::try_from(data).map_err(|d| {
+        BenchError::Config(format!("the consume scenario measures two data sets, {} given", d.len()))
+    })?;
+    let (name, logs, ends, payload, written) =
+        (data.stream.clone(), data.logs(), data.ends.clone(), data.payload, data.objects()?);
     let wal_bytes: u64 = written.iter().map(|m| m.size).sum();
     let wal_paths: Vec<ObjectPath> = written.iter().map(|m| m.path.clone()).collect();
     let concurrency = logs.len();
@@ -511,7 +525,24 @@ pub(crate) async fn run(ctx: &BenchContext) -> Result<ScenarioReport, BenchError
     let (get, s) = raw_get_passes(ctx, &ctx.stack.wal, &wal_paths, concurrency, "consume: raw GET").await?;
     keep(&s, get.elapsed.as_secs_f64());
 
-    // Cached: one reader whose WAL cache holds the whole data set, warmed by one pass.
+    // Catch-up: one log from its first offset, one client.
+    let (catch_up_name, catch_up_ends, catch_up_payload, catch_up_written) =
+        (catch_up.stream.clone(), catch_up.ends.clone(), catch_up.payload, catch_up.objects()?);
+    let catch_up_wal: u64 = catch_up_written.iter().map(|m| m.size).sum();
+    let mut catch_up_paths: Vec<ObjectMeta> = catch_up_written;
+    catch_up_paths.sort_by(|a, b| a.path.as_str().cmp(b.path.as_str()));
+    let catch_up_paths: Vec<ObjectPath> = catch_up_paths.into_iter().map(|m| m.path).collect();
+    let (catch_up, catch_up_n, catch_up_fetched, s) =
+        cold_passes(ctx, Transport::Http, &catch_up_name, &catch_up_ends, "consume: catch-up, HTTP").await?;
+    keep(&s, catch_up.elapsed.as_secs_f64());
+    peaks.push(("catch-up", s.peak_rss));
+    let (sequential_get, s) =
+        raw_get_passes(ctx, &ctx.stack.wal, &catch_up_paths, 1, "consume: raw sequential GET").await?;
+    keep(&s, sequential_get.elapsed.as_secs_f64());
+
+    // Cached: one reader whose WAL cache holds the whole data set, warmed by one pass. After
+    // the cold and catch-up phases, whose RSS would otherwise hold what the allocator kept of
+    // this cache.
     let cache = ctx.config.reader.object_cache_bytes.max((wal_bytes + wal_bytes / 4) as usize + (64 << 20));
     let deps = ReaderDeps {
         meta: ctx.stack.meta.clone(),
@@ -537,22 +568,6 @@ pub(crate) async fn run(ctx: &BenchContext) -> Result<ScenarioReport, BenchError
         cached.push((transport, stats, n, cpu_s));
     }
     served.stop().await;
-
-    // Catch-up: one log from its first offset, one client.
-    let catch_up_name = format!("bench-catch-up-{}", ctx.run_id);
-    let (_, catch_up_ends, catch_up_payload, catch_up_written) =
-        write_stream(ctx, &catch_up_name, 1, ctx.knobs.catch_up_mib).await?;
-    let catch_up_wal: u64 = catch_up_written.iter().map(|m| m.size).sum();
-    let mut catch_up_paths: Vec<ObjectMeta> = catch_up_written;
-    catch_up_paths.sort_by(|a, b| a.path.as_str().cmp(b.path.as_str()));
-    let catch_up_paths: Vec<ObjectPath> = catch_up_paths.into_iter().map(|m| m.path).collect();
-    let (catch_up, catch_up_n, catch_up_fetched, s) =
-        cold_passes(ctx, Transport::Http, &catch_up_name, &catch_up_ends, "consume: catch-up, HTTP").await?;
-    keep(&s, catch_up.elapsed.as_secs_f64());
-    peaks.push(("catch-up", s.peak_rss));
-    let (sequential_get, s) =
-        raw_get_passes(ctx, &ctx.stack.wal, &catch_up_paths, 1, "consume: raw sequential GET").await?;
-    keep(&s, sequential_get.elapsed.as_secs_f64());
 
     // Compacted: the data set compacted, read cold over HTTP; raw GET of its files.
     let files = compact_all(ctx, &logs, &name).await?;
@@ -703,8 +718,13 @@ pub(crate) async fn run(ctx: &BenchContext) -> Result<ScenarioReport, BenchError
 
     let config_bound = (ctx.config.reader.object_cache_bytes + ctx.config.reader.read_ahead_bytes) as u64;
     let peak = |which: &str| peaks.iter().filter(|(n, _)| *n == which).filter_map(|(_, p)| *p).max();
-    let cold_peak = ["cold", "catch-up", "compacted"].iter().filter_map(|w| peak(w)).max();
-    rss_goal(&mut r, "cold, catch-up and compacted phases", cold_peak, config_bound, "cache + read-ahead");
+    let cold_peak = ["cold", "catch-up"].iter().filter_map(|w| peak(w)).max();
+    rss_goal(&mut r, "cold and catch-up phases", cold_peak, config_bound, "cache + read-ahead");
+    // The compacted phase runs after the cached phases and an in-process compaction: its RSS
+    // holds what the allocator kept of them, so it is shown but not held to the bound.
+    if let Some(p) = peak("compacted") {
+        r.figures.push(figure("peak RSS, compacted phase (after the cached phases)", mib(p), "MiB"));
+    }
     rss_goal(
         &mut r,
         "cached phases",
@@ -719,9 +739,10 @@ pub(crate) async fn run(ctx: &BenchContext) -> Result<ScenarioReport, BenchError
          by the clients. Every phase runs whole passes until it has run for the phase duration; cold, catch-up and \
          compacted passes each use a fresh reader (empty caches; the OS page cache of the object store stays warm for \
          every phase and baseline alike). Per-core figures divide by this process's CPU time, clients included. RSS is \
-         this process's (writer idle, clients included). The WAL read mode is {:?}. The time series runs through the \
+         this process's, clients included (`lakestream bench` measures in a process of its own with no writer; \
+         another process wrote the data sets before it started). The WAL read mode is {:?}. The time series runs through the \
          phases in order (each measured phase before its baseline, so that its RSS is its own): cold HTTP, cold gRPC, \
-         raw GET, cached HTTP, cached gRPC, catch-up, raw sequential GET, compacted cold, raw GET of the compacted \
+         raw GET, catch-up, raw sequential GET, cached HTTP, cached gRPC, compacted cold, raw GET of the compacted \
          files.",
         FETCH_BYTES >> 20,
         ctx.config.reader.wal_read,

@@ -149,7 +149,7 @@ impl Histogram {
 }
 
 /// Percentiles of one latency distribution, in milliseconds.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, serde::Deserialize)]
 pub struct LatencySummary {
     /// How many values.
     pub count: u64,

@@ -14,8 +14,10 @@
 //! - a **target** is one of issue #12's goals, checked against the run (met, or missed by how
 //!   much).
 //!
-//! [`run`] runs scenarios and returns [`ScenarioReport`]s; [`report::write`] renders them as
-//! JSON, Markdown and PNG plots. `lakestream bench` ([`cli`]) is the command.
+//! [`run`] runs a scenario and returns its [`ScenarioReport`] ([`prepare`] writes its data
+//! set, [`measure`] measures it, possibly in another process); [`report::write`] renders
+//! reports as JSON, Markdown and PNG plots. `lakestream bench` ([`cli`]) is the command: it
+//! runs each scenario's steps in processes of their own, so that peak RSS is the role's.
 #![deny(missing_docs)]
 
 pub mod baseline;
@@ -33,13 +35,13 @@ pub mod sys;
 
 use std::path::PathBuf;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 pub use report::ScenarioReport;
-pub use scenarios::{BenchContext, Scenario, run};
+pub use scenarios::{BenchContext, DataSet, Scenario, measure, prepare, run};
 
 /// The knobs of a run. `None` takes the value from the configuration.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Knobs {
     /// How many logs (partitions of the bench stream) the load spreads over.
     pub logs: u32,

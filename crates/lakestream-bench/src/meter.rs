@@ -38,7 +38,7 @@ impl Meter {
 }
 
 /// One point of the time series.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, serde::Deserialize)]
 pub struct Sample {
     /// Seconds since the phase started (end of the sampled interval).
     pub t_s: f64,

@@ -4,14 +4,14 @@
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::hist::{Histogram, LatencySummary};
 use crate::meter::Sample;
 use crate::{BenchError, Knobs};
 
 /// What one scenario measured.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct ScenarioReport {
     /// `produce`, `consume`, `compact` or `events`.
     pub scenario: String,
@@ -38,7 +38,7 @@ pub struct ScenarioReport {
 }
 
 /// A named figure.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Figure {
     /// What it is.
     pub name: String,
@@ -49,7 +49,7 @@ pub struct Figure {
 }
 
 /// A named latency distribution.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Latency {
     /// What was timed.
     pub name: String,
@@ -67,7 +67,7 @@ impl Latency {
 }
 
 /// Our figure over its baseline.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Ratio {
     /// What is compared.
     pub name: String,
@@ -95,7 +95,7 @@ pub fn ratio(ours: f64, baseline: f64) -> Option<f64> {
 }
 
 /// One of issue #12's targets, checked.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Target {
     /// The target, in words.
     pub name: String,

@@ -24,13 +24,13 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use lakestream_compactor::{Compactor, CompactorConfig, CompactorDeps, Progress};
-use lakestream_format::{Clock, LogRef, SystemClock};
+use lakestream_format::{Clock, LogId, LogRef, SystemClock};
 use lakestream_meta::lease::RandomTokens;
-use lakestream_objstore::ObjectMeta;
+use lakestream_objstore::{ObjectMeta, ObjectPath};
 use lakestream_server::config::{MetadataConfig, ObjectStoreConfig};
 use lakestream_server::{ServerConfig, Stack};
 use lakestream_writer::Writer;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::baseline::{self, Load, OpStats, per_second};
 use crate::hist::Histogram;
@@ -94,10 +94,23 @@ impl BenchContext {
     /// `bench-{run_id}` key prefix below the configured one, so runs never see each other's
     /// objects.
     pub async fn open(
+        config: ServerConfig,
+        knobs: Knobs,
+        run_id: &str,
+        progress: bool,
+    ) -> Result<BenchContext, BenchError> {
+        BenchContext::open_for(config, knobs, run_id, progress, true).await
+    }
+
+    /// As [`BenchContext::open`], with the writer role on only if `writer`: a process that
+    /// measures reads or compaction of a data set another process wrote has no writer, so
+    /// that its memory is the reader's or the compactor's.
+    pub async fn open_for(
         mut config: ServerConfig,
         knobs: Knobs,
         run_id: &str,
         progress: bool,
+        writer: bool,
     ) -> Result<BenchContext, BenchError> {
         knobs.validate()?;
         if run_id.is_empty() || !run_id.chars().all(|c| c.is_ascii_alphanumeric() || c == '-') {
@@ -116,7 +129,7 @@ impl BenchContext {
         // The writer admits no entry larger than its in-flight bound; a small bound for a small
         // run lowers the largest entry accepted rather than being refused.
         config.writer.max_entry_bytes = config.writer.max_entry_bytes.min(config.writer.max_in_flight_bytes);
-        config.roles.writer = true;
+        config.roles.writer = writer;
         config.roles.reader = true;
         // The compact scenario builds its own compactor (with ranges closing at once).
         config.roles.compactor = false;
@@ -267,14 +280,106 @@ fn describe_stores(config: &ServerConfig) -> String {
     format!("objects: {}, metadata: {meta}", objects(&config.storage.wal))
 }
 
-/// Runs one scenario.
+/// Runs one scenario in this process: [`prepare`], then [`measure`].
 pub async fn run(ctx: &BenchContext, scenario: Scenario) -> Result<ScenarioReport, BenchError> {
+    let data = prepare(ctx, scenario).await?;
+    measure(ctx, scenario, data).await
+}
+
+impl Scenario {
+    /// Whether the scenario writes a data set before measuring ([`prepare`]): `consume` and
+    /// `compact`, which measure reads and compaction, not the writer.
+    pub fn has_data_set(self) -> bool {
+        matches!(self, Scenario::Consume | Scenario::Compact)
+    }
+}
+
+/// Writes the data sets `scenario` measures (`consume`: the data set and the catch-up log;
+/// `compact`: the data set); nothing for the others. [`measure`] may run in another process
+/// on the same stores (`lakestream bench` runs it in a fresh one, so that the writer's memory
+/// is not the reader's or the compactor's).
+pub async fn prepare(ctx: &BenchContext, scenario: Scenario) -> Result<Vec<DataSet>, BenchError> {
+    match scenario {
+        Scenario::Consume => crate::consume::prepare(ctx).await,
+        Scenario::Compact => {
+            let (logs, appended, written) = write_data_set(ctx, Scenario::Compact).await?;
+            let payload = appended.stats.bytes + logs.len() as u64 * WARM_UP.len() as u64;
+            Ok(vec![DataSet::new(&logs, appended.ends, payload, &written)])
+        }
+        Scenario::Produce | Scenario::Events | Scenario::Meta => Ok(Vec::new()),
+    }
+}
+
+/// Measures `scenario` over the data sets [`prepare`] wrote.
+pub async fn measure(
+    ctx: &BenchContext,
+    scenario: Scenario,
+    data: Vec<DataSet>,
+) -> Result<ScenarioReport, BenchError> {
     match scenario {
         Scenario::Produce => produce(ctx).await,
-        Scenario::Consume => crate::consume::run(ctx).await,
-        Scenario::Compact => compact(ctx).await,
+        Scenario::Consume => crate::consume::measure(ctx, data).await,
+        Scenario::Compact => {
+            let [set] = <[DataSet; 1]>::try_from(data).map_err(|d| {
+                BenchError::Config(format!("the compact scenario measures one data set, {} given", d.len()))
+            })?;
+            compact(ctx, &set.logs(), set.objects()?).await
+        }
         Scenario::Events => crate::events::run(ctx).await,
         Scenario::Meta => crate::meta::run(ctx).await,
+    }
+}
+
+/// A data set one process wrote for another to measure: its stream's logs in partition
+/// order, their end offsets, the payload appended (warm-up entries included) and the WAL
+/// objects written.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct DataSet {
+    /// The stream's namespace.
+    pub namespace: String,
+    /// The stream's name.
+    pub stream: String,
+    /// Its logs' IDs, by partition.
+    pub log_ids: Vec<u64>,
+    /// Each log's end offset.
+    pub ends: Vec<u64>,
+    /// Payload bytes appended.
+    pub payload: u64,
+    /// The WAL objects written: path and size in bytes.
+    pub objects: Vec<(String, u64)>,
+}
+
+impl DataSet {
+    pub(crate) fn new(logs: &[LogRef], ends: Vec<u64>, payload: u64, written: &[ObjectMeta]) -> DataSet {
+        let first = logs.first();
+        DataSet {
+            namespace: first.map(|l| l.namespace.clone()).unwrap_or_default(),
+            stream: first.map(|l| l.stream.clone()).unwrap_or_default(),
+            log_ids: logs.iter().map(|l| l.log_id.0).collect(),
+            ends,
+            payload,
+            objects: written.iter().map(|m| (m.path.to_string(), m.size)).collect(),
+        }
+    }
+
+    pub(crate) fn logs(&self) -> Vec<LogRef> {
+        let log = |id: &u64| LogRef {
+            log_id: LogId(*id),
+            namespace: self.namespace.clone(),
+            stream: self.stream.clone(),
+        };
+        self.log_ids.iter().map(log).collect()
+    }
+
+    pub(crate) fn objects(&self) -> Result<Vec<ObjectMeta>, BenchError> {
+        self.objects
+            .iter()
+            .map(|(path, size)| {
+                let path = ObjectPath::new(path.clone())
+                    .map_err(|e| BenchError::Config(format!("data set object {path:?}: {e}")))?;
+                Ok(ObjectMeta { path, size: *size, last_modified_ms: 0 })
+            })
+            .collect()
     }
 }
 
@@ -833,8 +938,11 @@ async fn write_data_set(
     Ok((logs, appended, written))
 }
 
-async fn compact(ctx: &BenchContext) -> Result<ScenarioReport, BenchError> {
-    let (logs, _appended, written) = write_data_set(ctx, Scenario::Compact).await?;
+async fn compact(
+    ctx: &BenchContext,
+    logs: &[LogRef],
+    written: Vec<ObjectMeta>,
+) -> Result<ScenarioReport, BenchError> {
     let wal_bytes: u64 = written.iter().map(|m| m.size).sum();
 
     // Ranges close at once, so that everything just written is compacted in this run.
@@ -872,7 +980,9 @@ async fn compact(ctx: &BenchContext) -> Result<ScenarioReport, BenchError> {
         }
         _ => {}
     };
-    // What the process holds before the compactor starts (the writer's data set behind it).
+    // What the process holds before the compactor starts: the stack and the runtime (run by
+    // `lakestream bench`, a process with no writer; in one process with `prepare`, the
+    // writer's data set behind it too).
     let rss_before = crate::sys::rss_bytes();
     // The time series follows the WAL bytes the compactor has read (its reads are paced by
     // its encoding and writes): ranges complete only at the end of a long C2.
@@ -895,7 +1005,7 @@ async fn compact(ctx: &BenchContext) -> Result<ScenarioReport, BenchError> {
     let mut failure = None;
     // One pass compacts what is closed; repeat until a pass finds nothing left.
     for _ in 0..100 {
-        let pass = compactor.compact_once(&logs, &progress).await;
+        let pass = compactor.compact_once(logs, &progress).await;
         if let Some((log, e)) = pass.failed.first() {
             failure =
                 Some(BenchError::Operation { what: format!("compaction of log {log}"), message: e.clone() });
@@ -1010,9 +1120,24 @@ async fn compact(ctx: &BenchContext) -> Result<ScenarioReport, BenchError> {
     if let Some(before) = rss_before {
         r.figures.push(figure("RSS when the compaction started", mib(before), "MiB"));
     }
-    // Issue #19's bound: the compactor's cache (its fetch window) + 2 row groups.
+    // Issue #19's bound: the compactor's cache (its fetch window) + 2 row groups + 256 MiB;
+    // a writer in the same process (`run` in one process) adds its in-flight bytes.
     let bound = config.fetch_bytes as u64 + 2 * config.row_group_bytes as u64;
-    rss_target(&mut r, sampled.peak_rss, bound, " + compactor cache (fetch_bytes) + 2 × row group");
+    match (sampled.peak_rss, ctx.stack.writer.is_some()) {
+        (peak, true) => rss_target(&mut r, peak, bound, " + compactor cache (fetch_bytes) + 2 × row group"),
+        (Some(peak), false) => {
+            r.figures.push(figure("peak RSS (process)", mib(peak), "MiB"));
+            r.targets.push(Target::at_most(
+                "compactor peak RSS ≤ its cache (fetch_bytes) + 2 × row group + 256 MiB",
+                mib(peak),
+                mib(bound + (256 << 20)),
+                "MiB",
+            ));
+        }
+        (None, false) => {
+            r.notes.push("RSS is not available on this platform; the memory target is not checked.".into())
+        }
+    }
     r.notes.push(format!(
         "Codec {:?}; payloads are incompressible. The raw read + write reads every WAL object of the data \
          set whole, once, up to fetch_bytes ahead, and writes its bytes back in {streams} streams at once \
@@ -1172,6 +1297,45 @@ pub(crate) mod tests {
         assert!(figure_of(&r, "raw read + write: files") >= 2.0, "{:?}", r.figures);
         assert!(baseline::list(&*ctx.stack.compacted, "bench-baseline/").await.unwrap().is_empty());
         ctx.close().await;
+    }
+
+    /// As `lakestream bench` runs them: one stack writes the data sets and closes, a fresh
+    /// one with no writer (another process, there) measures over the recorded data sets.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_stack_without_a_writer_measures_what_another_wrote() {
+        let dir = tempfile::tempdir().unwrap();
+        let config = ServerConfig::dev(dir.path(), "127.0.0.1:0".parse().unwrap());
+        for scenario in [Scenario::Compact, Scenario::Consume] {
+            let ctx = BenchContext::open(config.clone(), tiny(), "t2", false).await.unwrap();
+            let data = prepare(&ctx, scenario).await.unwrap();
+            ctx.close().await;
+            drop(ctx);
+            let json = serde_json::to_string(&data).unwrap();
+            let data: Vec<DataSet> = serde_json::from_str(&json).unwrap();
+            let ctx = BenchContext::open_for(config.clone(), tiny(), "t2", false, false).await.unwrap();
+            assert!(ctx.writer().is_err(), "the measuring stack has no writer");
+            let r = measure(&ctx, scenario, data).await.unwrap();
+            ctx.close().await;
+            let payload = mib(200 * 1024 + 2 * 7);
+            match scenario {
+                Scenario::Compact => assert_eq!(figure_of(&r, "payload compacted"), payload),
+                _ => assert_eq!(figure_of(&r, "data set (payload)"), payload),
+            }
+            if scenario == Scenario::Compact {
+                let goal = r.targets.iter().find(|t| t.name.contains("peak RSS")).unwrap();
+                assert!(goal.name.starts_with("compactor peak RSS ≤ its cache"), "{goal:?}");
+            }
+            // The report survives the trip between processes (figures to their last bit or so).
+            let back: ScenarioReport = serde_json::from_str(&serde_json::to_string(&r).unwrap()).unwrap();
+            assert_eq!(back.figures.len(), r.figures.len());
+            for (a, b) in back.figures.iter().zip(&r.figures) {
+                assert!(a.name == b.name && (a.value - b.value).abs() <= 1e-9 * b.value.abs(), "{a:?} {b:?}");
+            }
+            assert_eq!(
+                back.targets.iter().map(|t| &t.name).collect::<Vec<_>>(),
+                r.targets.iter().map(|t| &t.name).collect::<Vec<_>>()
+            );
+        }
     }
 
     #[tokio::test]

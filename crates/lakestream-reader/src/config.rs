@@ -9,9 +9,14 @@ use serde::Deserialize;
 #[serde(rename_all = "snake_case")]
 pub enum WalReadMode {
     /// Whole objects for sections of a quarter of the object or more (and for objects in
-    /// the cache), ranged reads of the log's span for smaller sections: writers put many logs
-    /// in one object, each log's payloads together, so a reader of one log reads its share,
-    /// not the whole object. The default.
+    /// the cache); for smaller sections, by what the reader has seen: writers put many logs
+    /// in one object, each log's payloads together, so a reader of one log reads its share
+    /// by range (the object's index, then the log's span), while a reader serving most logs
+    /// of the objects it reads (a stream's partitions, consumed together) reads them whole,
+    /// once for all its logs. It starts with ranged reads and switches once the objects it
+    /// read turn out to be mostly used (half their payload delivered within 2 s), and back
+    /// when they do not. Ranged reads of one object asked for at the same time share one
+    /// read of its index and one GET of their spans. The default.
     #[default]
     Adaptive,
     /// One GET of the whole object, cached: later reads of the object's other logs cost

@@ -31,6 +31,7 @@ use crate::cache::{CacheStats, IndexCache, ObjectCache};
 use crate::config::{ConfigError, ReaderConfig, WalReadMode};
 use crate::error::ReadError;
 
+mod demand;
 mod gather;
 mod parquet;
 mod tail;
@@ -80,6 +81,8 @@ struct Inner {
     tails: tail::Tails,
     /// Ranged reads of WAL objects' sections being gathered, per object.
     batches: gather::Batches,
+    /// How much of the objects it reads the reader uses (the adaptive mode's evidence).
+    demand: demand::Demand,
     appended: watch::Sender<u64>,
     /// Bytes of objects and sections being read ahead now.
     read_ahead_in_flight: std::sync::atomic::AtomicUsize,
@@ -113,6 +116,7 @@ impl Reader {
                 index: IndexCache::new(config.index_cache_ttl, config.index_cache_records),
                 tails: tail::Tails::default(),
                 batches: gather::Batches::default(),
+                demand: demand::Demand::default(),
                 config,
                 deps,
                 appended: watch::channel(0).0,
@@ -239,10 +243,15 @@ impl Reader {
             let batch = self.inner.config.scan_batch;
             let records = self.scan_records(log_id, &partition, &end_key, next, batch).await?;
             let exhausted = records.len() < batch;
-            self.read_ahead(log_id, records.get(1..).unwrap_or_default());
-            for record in &records {
+            let mut ahead_undecided = self.read_ahead(log_id, records.get(1..).unwrap_or_default());
+            for (i, record) in records.iter().enumerate() {
                 if !keys::is_index_key_of(&record.key, log_id) {
                     break 'scan;
+                }
+                // The reader has just learnt how to read its objects: read ahead as far as
+                // the budget allows now, rather than at the next read.
+                if ahead_undecided && self.inner.demand.shared(Instant::now().into_std()).is_some() {
+                    ahead_undecided = self.read_ahead(log_id, records.get(i + 1..).unwrap_or_default());
                 }
                 let (key, value) = parse_record(log_id, record, self.inner.config.format_version)?;
                 if key.end_offset <= next {
@@ -356,7 +365,16 @@ impl Reader {
             detail,
         };
         let wanted = Wanted { start, from, budget, timestamp_ms: record.created_ms };
-        match self.load_raw(log_id, record, raw).await? {
+        let loaded = self.load_raw(log_id, record, raw).await?;
+        if self.inner.config.wal_read == WalReadMode::Adaptive
+            && let Some(region) = raw.file_size
+            && matches!(loaded, Attempt::Done(_))
+        {
+            let region = u64::try_from(region).unwrap_or(0);
+            let now = Instant::now().into_std();
+            self.inner.demand.delivered(&raw.location, region, log_id, raw.entry_size_bytes, now);
+        }
+        match loaded {
             Attempt::Missing(o) => Ok(Attempt::Missing(o)),
             Attempt::Done(CachedWal::Object(object)) => {
                 // Borrowed from the cached object: nothing per entry is copied but the slices.
@@ -392,6 +410,13 @@ impl Reader {
                     || raw.file_size.is_none_or(|region| {
                         raw.entry_size_bytes.saturating_mul(4) >= u64::try_from(region).unwrap_or(0)
                     })
+                    // A smaller section: whole when this reader's readers use most of the
+                    // objects they read (see `demand`), unless the object is being read by
+                    // ranges already (its index is being read or cached): fetching it whole
+                    // would fetch those ranges again.
+                    || (self.inner.demand.shared(Instant::now().into_std()) == Some(true)
+                        && !self.inner.batches.is_open(&raw.location)
+                        && !self.inner.wal_objects.contains(&index_key(&raw.location)))
             }
         };
         match whole {
@@ -461,27 +486,41 @@ impl Reader {
     /// Read-ahead: starts loading, in the background, the WAL objects (or sections) of the
     /// records after the one being read, while the bytes being read ahead stay within
     /// `read_ahead_bytes`. A later read of them joins the load or finds them cached.
-    fn read_ahead(&self, log_id: LogId, records: &[Record]) {
+    ///
+    /// Returns whether it looked ahead less far because the adaptive mode is undecided.
+    fn read_ahead(&self, log_id: LogId, records: &[Record]) -> bool {
         let budget = self.inner.config.read_ahead_bytes;
         if budget == 0 || self.inner.config.wal_read == WalReadMode::Ranged {
-            return;
+            return false;
         }
+        // Until the reader knows whether its objects are shared, it reads only a few small
+        // sections ahead (by range): the first objects read decide how the next ones are
+        // read (see `demand`).
+        let undecided = self.inner.config.wal_read == WalReadMode::Adaptive
+            && self.inner.demand.shared(Instant::now().into_std()).is_none();
+        let mut ranged_ahead = 0usize;
         let mut ahead = 0usize;
         for record in records {
             if !keys::is_index_key_of(&record.key, log_id) {
-                return;
+                return false;
             }
             let Ok((_, Value::V3(IndexValue::Raw(raw)))) =
                 parse_record(log_id, record, self.inner.config.format_version)
             else {
-                return; // read-ahead covers RAW records; PARQUET files are read by ranges
+                return false; // read-ahead covers RAW records; PARQUET files are read by ranges
             };
-            let (_, key, size) = self.raw_plan(log_id, &raw);
+            let (whole, key, size) = self.raw_plan(log_id, &raw);
+            if undecided && !whole {
+                ranged_ahead += 1;
+                if ranged_ahead > demand::UNDECIDED_LOOK_AHEAD {
+                    return true;
+                }
+            }
             let size = usize::try_from(size).unwrap_or(usize::MAX);
             // Look no further ahead than the budget, cached or not.
             ahead = ahead.saturating_add(size);
             if ahead > budget.saturating_add(size) {
-                return;
+                return false;
             }
             if self.inner.wal_objects.contains(&key) {
                 continue;
@@ -490,7 +529,7 @@ impl Reader {
             let before = in_flight.fetch_add(size, std::sync::atomic::Ordering::SeqCst);
             if before > 0 && before + size > budget {
                 in_flight.fetch_sub(size, std::sync::atomic::Ordering::SeqCst);
-                return;
+                return false;
             }
             let (reader, record) = (self.clone(), record.clone());
             tokio::spawn(async move {
@@ -499,6 +538,7 @@ impl Reader {
                 reader.inner.read_ahead_in_flight.fetch_sub(size, std::sync::atomic::Ordering::SeqCst);
             });
         }
+        false
     }
 
     /// The index region of a WAL object, parsed, with the object's first bytes as read (one
@@ -539,7 +579,7 @@ impl Reader {
             let weight = head.len() + 16 * entries + 64 * index.sections().len();
             Ok::<_, ReadError>(Some((CachedWal::Index(Arc::new((index, head))), weight)))
         };
-        match self.inner.wal_objects.get_or_load(&format!("{}#index", raw.location), load).await? {
+        match self.inner.wal_objects.get_or_load(&index_key(&raw.location), load).await? {
             Some(CachedWal::Index(got)) => Ok(Attempt::Done(got)),
             Some(_) => Err(corrupt("another kind of value was cached under its index's name".into())),
             None => Ok(Attempt::Missing(raw.location.clone())),
@@ -740,6 +780,11 @@ impl Wanted {
         }
         Ok(entries)
     }
+}
+
+/// The WAL cache's key of an object's index region (ranged reads).
+fn index_key(object: &str) -> String {
+    format!("{object}#index")
 }
 
 fn parse_key(log_id: LogId, key: &str) -> Result<IndexKey, ReadError> {

@@ -25,13 +25,22 @@ use lakestream_writer::{Writer, WriterConfig, WriterDeps};
 struct CountedGets {
     inner: Arc<dyn ObjectStore>,
     gets: AtomicU64,
+    bytes: AtomicU64,
 }
 
 impl CountedGets {
-    async fn counted<T>(&self, get: impl Future<Output = T>) -> T {
+    fn new(inner: Arc<dyn ObjectStore>) -> CountedGets {
+        CountedGets { inner, gets: AtomicU64::new(0), bytes: AtomicU64::new(0) }
+    }
+
+    async fn counted(&self, get: impl Future<Output = ObjectResult<Bytes>>) -> ObjectResult<Bytes> {
         self.gets.fetch_add(1, Ordering::SeqCst);
         tokio::time::sleep(Duration::from_millis(50)).await;
-        get.await
+        let got = get.await;
+        if let Ok(b) = &got {
+            self.bytes.fetch_add(b.len() as u64, Ordering::SeqCst);
+        }
+        got
     }
 }
 
@@ -85,8 +94,12 @@ fn local_writer(name: &str, flush_window: Duration) -> (Writer, Arc<InMemoryStor
 }
 
 /// Writes one entry to each of `logs` logs, all in one WAL object, on the local filesystem.
-async fn one_object_of_logs(logs: u64, entry: usize) -> (Arc<InMemoryStore>, Arc<dyn ObjectStore>) {
-    let (w, meta, wal) = local_writer(&format!("shared-{logs}"), Duration::from_millis(300));
+async fn one_object_of_logs(
+    name: &str,
+    logs: u64,
+    entry: usize,
+) -> (Arc<InMemoryStore>, Arc<dyn ObjectStore>) {
+    let (w, meta, wal) = local_writer(name, Duration::from_millis(300));
     let appends = (0..logs).map(|log| {
         let w = w.clone();
         async move { w.append(LogId(log), Bytes::from(vec![log as u8; entry]), 1).await.unwrap() }
@@ -104,9 +117,9 @@ async fn one_object_of_logs(logs: u64, entry: usize) -> (Arc<InMemoryStore>, Arc
 }
 
 /// Reads every log from offset 0 concurrently with one reader; returns the GETs made.
-async fn concurrent_reads(config: ReaderConfig, logs: u64, entry: usize) -> u64 {
-    let (meta, wal) = one_object_of_logs(logs, entry).await;
-    let counted = Arc::new(CountedGets { inner: wal, gets: AtomicU64::new(0) });
+async fn concurrent_reads(name: &str, config: ReaderConfig, logs: u64, entry: usize) -> u64 {
+    let (meta, wal) = one_object_of_logs(name, logs, entry).await;
+    let counted = Arc::new(CountedGets::new(wal));
     let deps = ReaderDeps { meta, wal: counted.clone(), compacted: counted.clone() };
     let reader = Reader::new(config, deps).unwrap();
     let reads = (0..logs).map(|log| {
@@ -127,14 +140,14 @@ async fn concurrent_reads(config: ReaderConfig, logs: u64, entry: usize) -> u64 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_readers_of_logs_sharing_an_object_cause_one_get() {
     // Each log is half the object, so the default (adaptive) mode reads the object whole.
-    let gets = concurrent_reads(ReaderConfig::default(), 2, 64 << 10).await;
+    let gets = concurrent_reads("two", ReaderConfig::default(), 2, 64 << 10).await;
     assert_eq!(gets, 1, "two concurrent reads of logs sharing one object made {gets} GETs");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn eight_readers_of_logs_sharing_an_object_cause_one_get_in_whole_mode() {
     let config = ReaderConfig { wal_read: WalReadMode::Whole, ..ReaderConfig::default() };
-    let gets = concurrent_reads(config, 8, 16 << 10).await;
+    let gets = concurrent_reads("eight-whole", config, 8, 16 << 10).await;
     assert_eq!(gets, 1, "eight concurrent reads of logs sharing one object made {gets} GETs");
 }
 
@@ -143,7 +156,7 @@ async fn eight_readers_of_logs_sharing_an_object_make_two_gets_in_adaptive_mode(
     // Each log is an eighth of the object: the default (adaptive) mode reads each log's span
     // by range, after one read of the object's index region that all eight share; the spans
     // asked for while the index was read are read together, in one GET.
-    let gets = concurrent_reads(ReaderConfig::default(), 8, 16 << 10).await;
+    let gets = concurrent_reads("eight-adaptive", ReaderConfig::default(), 8, 16 << 10).await;
     assert_eq!(gets, 2, "eight concurrent ranged reads of logs sharing one object made {gets} GETs");
 }
 
@@ -162,7 +175,7 @@ async fn a_read_fetches_the_next_objects_of_its_log_ahead() {
     w.close().await;
     let log = LogRef { log_id: LogId(1), namespace: "ns".into(), stream: "s".into() };
     for (budget, expect_ahead) in [(4 * ENTRY, 4), (0, 0)] {
-        let counted = Arc::new(CountedGets { inner: wal.clone(), gets: AtomicU64::new(0) });
+        let counted = Arc::new(CountedGets::new(wal.clone()));
         let deps = ReaderDeps { meta: meta.clone(), wal: counted.clone(), compacted: counted.clone() };
         let config = ReaderConfig { read_ahead_bytes: budget, ..ReaderConfig::default() };
         let reader = Reader::new(config, deps).unwrap();
@@ -180,4 +193,81 @@ async fn a_read_fetches_the_next_objects_of_its_log_ahead() {
         }
         assert_eq!(counted.gets.load(Ordering::SeqCst), OBJECTS, "each object is fetched once");
     }
+}
+
+/// Eight logs written together, `objects` times: each WAL object holds every log's entry.
+async fn objects_of_eight_logs(
+    name: &str,
+    objects: u64,
+    entry: usize,
+) -> (Arc<InMemoryStore>, Arc<dyn ObjectStore>) {
+    let (w, meta, wal) = local_writer(name, Duration::from_millis(100));
+    for round in 0..objects {
+        let appends = (0..8u64).map(|log| {
+            let w = w.clone();
+            async move {
+                w.append(LogId(log), Bytes::from(vec![(log * 16 + round) as u8; entry]), 1).await.unwrap()
+            }
+        });
+        futures::future::join_all(appends).await;
+    }
+    w.close().await;
+    (meta, wal)
+}
+
+/// Reads `logs` concurrently with one reader from offset 0 to `objects`, one entry per read;
+/// returns the GETs and the bytes fetched.
+async fn read_logs(
+    meta: Arc<InMemoryStore>,
+    wal: Arc<dyn ObjectStore>,
+    logs: &[u64],
+    objects: u64,
+    entry: usize,
+) -> (u64, u64) {
+    let counted = Arc::new(CountedGets::new(wal));
+    let deps = ReaderDeps { meta, wal: counted.clone(), compacted: counted.clone() };
+    let reader = Reader::new(ReaderConfig::default(), deps).unwrap();
+    let reads = logs.iter().map(|&log| {
+        let reader = reader.clone();
+        tokio::spawn(async move {
+            let log_ref = LogRef { log_id: LogId(log), namespace: "ns".into(), stream: "s".into() };
+            for round in 0..objects {
+                let batch = reader.read(&log_ref, round, 1, Duration::ZERO).await.unwrap();
+                assert_eq!(batch.entries[0].payload, Bytes::from(vec![(log * 16 + round) as u8; entry]));
+            }
+        })
+    });
+    for read in futures::future::join_all(reads).await {
+        read.unwrap();
+    }
+    (counted.gets.load(Ordering::SeqCst), counted.bytes.load(Ordering::SeqCst))
+}
+
+/// Readers of every log of shared objects: the first objects, read by ranges, show that the
+/// objects are shared, and the next ones are read whole, once (single-flight) for all eight.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn readers_of_every_log_of_shared_objects_switch_to_whole_objects() {
+    const OBJECTS: u64 = 12;
+    const ENTRY: usize = 16 << 10;
+    let (meta, wal) = objects_of_eight_logs("shared-many", OBJECTS, ENTRY).await;
+    let (gets, bytes) = read_logs(meta, wal, &(0..8).collect::<Vec<_>>(), OBJECTS, ENTRY).await;
+    let delivered = OBJECTS * 8 * ENTRY as u64;
+    eprintln!("{gets} GETs, {bytes} bytes fetched for {delivered} delivered");
+    // Ranged reads of every section would take 2 to 9 GETs per object.
+    assert!(gets <= OBJECTS + 3 * 9, "{gets} GETs for {OBJECTS} objects of eight logs");
+    assert!(bytes as f64 <= 1.1 * delivered as f64, "fetched {bytes} bytes to deliver {delivered}");
+}
+
+/// A reader of one log of shared objects keeps reading its share by ranges.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reader_of_one_log_of_shared_objects_reads_its_share() {
+    const OBJECTS: u64 = 12;
+    const ENTRY: usize = 16 << 10;
+    let (meta, wal) = objects_of_eight_logs("one-of-many", OBJECTS, ENTRY).await;
+    let (_, bytes) = read_logs(meta, wal, &[3], OBJECTS, ENTRY).await;
+    // Its section and the object's index (4 KiB read) per object; the whole object is 8×.
+    assert!(
+        bytes <= OBJECTS * (ENTRY as u64 + 4096),
+        "fetched {bytes} bytes for {OBJECTS} entries of {ENTRY}"
+    );
 }

@@ -62,6 +62,11 @@ impl Batches {
         batch
     }
 
+    /// Whether ranged reads of `object` are gathering (its index is being read).
+    pub(super) fn is_open(&self, object: &str) -> bool {
+        self.lock().contains_key(object)
+    }
+
     /// Closes `batch` (no one joins it any more) and returns its members.
     fn close(&self, object: &str, batch: &Arc<Batch>) -> Vec<LogId> {
         let mut open = self.lock();
