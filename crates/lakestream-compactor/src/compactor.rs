@@ -18,6 +18,9 @@
 //!    or the log is fenced.
 
 use std::collections::HashMap;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
@@ -73,6 +76,10 @@ pub(crate) struct Inner {
     /// Row groups being encoded at once, across every log of every pass: one per core.
     /// Encoding is CPU-bound, so more would not go faster, only hold more row groups.
     encoders: Arc<tokio::sync::Semaphore>,
+    /// Bytes of full row groups between collection and their upload, across every log:
+    /// a log takes its row group's share before encoding it and gives it back once the
+    /// encoded bytes are in the file's upload. See [`RowGroupBudget`].
+    row_groups: RowGroupBudget,
 }
 
 /// The claim on one log's compaction work: an ephemeral record in P(L).
@@ -172,7 +179,6 @@ impl Compactor {
             .ok_or_else(|| CompactError::InvalidInput("the format crate implements no binding".into()))?;
         Ok(Compactor {
             inner: Arc::new(Inner {
-                config,
                 deps,
                 binding,
                 session: tokio::sync::Mutex::new(None),
@@ -180,6 +186,8 @@ impl Compactor {
                 encoders: Arc::new(tokio::sync::Semaphore::new(
                     std::thread::available_parallelism().map_or(2, usize::from),
                 )),
+                row_groups: RowGroupBudget::new(config.row_group_budget_bytes()),
+                config,
             }),
         })
     }
@@ -187,6 +195,12 @@ impl Compactor {
     /// The settings.
     pub fn config(&self) -> &CompactorConfig {
         &self.inner.config
+    }
+
+    /// The most bytes of row groups that were between collection and upload at once since
+    /// the compactor started (at most [`CompactorConfig::row_group_budget_bytes`]).
+    pub fn row_group_bytes_high_water(&self) -> u64 {
+        self.inner.row_groups.high_water.load(Ordering::Relaxed)
     }
 
     pub(crate) fn meta(&self) -> &dyn MetaStore {
@@ -382,7 +396,7 @@ impl Compactor {
         }
         let mut files = FilesBuilder::new(self, log);
         let mut expected = first_record;
-        while let Some(message) = entries.recv().await {
+        while let Some(message) = files.recv(&mut entries).await? {
             let (record_index, got) = message?;
             if record_index != expected {
                 return Err(corrupt(
@@ -958,11 +972,73 @@ fn rows_of_record(
         .collect()
 }
 
+/// The compactor-wide budget of row-group bytes between collection and upload: a full row
+/// group's payload bytes are taken before it is encoded and given back once its encoded
+/// bytes are in the file's upload. With `concurrent_logs` logs filling row groups at once,
+/// this keeps the row groups being encoded, their output and what waits to be handed to
+/// the uploads to the budget instead of growing with the number of logs.
+///
+/// Why it cannot deadlock: a log asks for budget only while it holds none (its previous row
+/// group is uploaded first), and once it holds budget, giving it back needs nothing from the
+/// fetch driver: encoding runs on a blocking thread, the upload's write waits only on its own
+/// parts, and the log keeps driving both while it waits for its next entries
+/// ([`FilesBuilder::recv`]). A share never exceeds the budget, so a log whose turn comes
+/// always gets it.
+#[derive(Debug)]
+struct RowGroupBudget {
+    /// Permits in KiB (a semaphore counts at most 2^61 − 1 permits, taken 2^32 − 1 at a time).
+    permits: Arc<tokio::sync::Semaphore>,
+    total_kib: u32,
+    in_use: Arc<AtomicU64>,
+    high_water: Arc<AtomicU64>,
+}
+
+/// A share of the [`RowGroupBudget`]; dropping it gives the share back.
+struct RowGroupShare {
+    _permit: tokio::sync::OwnedSemaphorePermit,
+    kib: u64,
+    in_use: Arc<AtomicU64>,
+}
+
+impl Drop for RowGroupShare {
+    fn drop(&mut self) {
+        self.in_use.fetch_sub(self.kib << 10, Ordering::Relaxed);
+    }
+}
+
+impl RowGroupBudget {
+    fn new(bytes: u64) -> Self {
+        let total_kib = u32::try_from(bytes.div_ceil(1024).max(1)).unwrap_or(u32::MAX);
+        RowGroupBudget {
+            permits: Arc::new(tokio::sync::Semaphore::new(total_kib as usize)),
+            total_kib,
+            in_use: Arc::new(AtomicU64::new(0)),
+            high_water: Arc::new(AtomicU64::new(0)),
+        }
+    }
+
+    /// Waits for `bytes` of the budget (all of it, for a row group larger than the budget).
+    async fn take(&self, log_id: LogId, bytes: usize) -> CompactResult<RowGroupShare> {
+        let kib = u32::try_from(bytes.div_ceil(1024)).unwrap_or(u32::MAX).clamp(1, self.total_kib);
+        let permit = self.permits.clone().acquire_many_owned(kib).await.map_err(|e| {
+            let source = lakestream_format::FormatError::invalid(
+                "compacted file",
+                format!("no row-group budget: {e}"),
+            );
+            CompactError::Encode { log_id, what: "compacted row group", source }
+        })?;
+        let kib = u64::from(kib);
+        let now = self.in_use.fetch_add(kib << 10, Ordering::Relaxed) + (kib << 10);
+        self.high_water.fetch_max(now, Ordering::Relaxed);
+        Ok(RowGroupShare { _permit: permit, kib, in_use: self.in_use.clone() })
+    }
+}
+
 /// Streams rows into compacted files, starting a new file past `max_file_bytes`. Payloads are
 /// copied into the row group being collected (so that it pins no WAL object); a full row
-/// group is encoded on a blocking thread while the next one is collected, and its bytes go
-/// to the file's upload ([`lakestream_objstore::Upload`]: parts sent as they fill where the
-/// store streams), so no file is held whole in memory.
+/// group is encoded on a blocking thread and its bytes written to the file's upload
+/// ([`lakestream_objstore::Upload`]: parts sent as they fill where the store streams) while
+/// the next one is collected, so no file is held whole in memory.
 struct FilesBuilder<'a> {
     compactor: &'a Compactor,
     log: &'a LogRef,
@@ -973,10 +1049,10 @@ struct FilesBuilder<'a> {
 
 struct OpenFile<'a> {
     name: String,
-    /// The file's writer, or the encoding of its last row group that holds it.
-    data: Encoding,
-    /// The Parquet file's upload, and the bytes written to it so far.
-    upload: Box<dyn lakestream_objstore::Upload + 'a>,
+    /// The file's writer and upload, or the encoding and upload of its last row group that
+    /// holds them.
+    data: Encoding<'a>,
+    /// The bytes written to the Parquet file's upload so far.
     uploaded: u64,
     data_path: ObjectPath,
     companion: CompanionWriter,
@@ -987,13 +1063,16 @@ struct OpenFile<'a> {
     last_offset: Offset,
 }
 
-/// An encoding task's result: the writer back, and the bytes the row group added.
-type Encoded = Result<(Box<CompactedFileWriter>, Vec<u8>), lakestream_format::FormatError>;
+type FileUpload<'a> = Box<dyn lakestream_objstore::Upload + 'a>;
 
-enum Encoding {
-    Idle(Box<CompactedFileWriter>),
-    Busy(tokio::task::JoinHandle<Encoded>),
-    /// An encoding failed; its error was returned.
+/// A row group's encoding and upload: the writer and upload back, and the bytes written.
+type InFlight<'a> =
+    Pin<Box<dyn Future<Output = CompactResult<(Box<CompactedFileWriter>, FileUpload<'a>, u64)>> + Send + 'a>>;
+
+enum Encoding<'a> {
+    Idle(Box<CompactedFileWriter>, FileUpload<'a>),
+    Busy(InFlight<'a>),
+    /// An encoding or upload failed; its error was returned.
     Failed,
 }
 
@@ -1010,58 +1089,60 @@ fn writer_lost(log_id: LogId) -> CompactError {
     CompactError::Encode { log_id, what: "compacted row group", source }
 }
 
-impl OpenFile<'_> {
-    /// The writer, once the row group being encoded is done and its bytes are uploaded.
-    async fn writer(&mut self, log_id: LogId) -> CompactResult<&mut CompactedFileWriter> {
-        if let Encoding::Busy(task) = &mut self.data {
-            let done = task.await;
+impl<'a> OpenFile<'a> {
+    /// Waits for the row group in flight, if any, to be encoded and in the upload. Cancel
+    /// safe: dropped before it completes, it leaves the row group in flight.
+    async fn settle(&mut self) -> CompactResult<()> {
+        if let Encoding::Busy(in_flight) = &mut self.data {
+            let done = in_flight.as_mut().await;
             self.data = Encoding::Failed;
-            let (writer, bytes) = done
-                .map_err(|e| encode_task_failed(log_id, e))?
-                .map_err(|source| CompactError::Encode { log_id, what: "compacted row group", source })?;
-            self.send(Bytes::from(bytes)).await?;
-            self.data = Encoding::Idle(writer);
+            let (writer, upload, sent) = done?;
+            self.uploaded += sent;
+            self.data = Encoding::Idle(writer, upload);
         }
-        match &mut self.data {
-            Encoding::Idle(writer) => Ok(writer),
-            _ => Err(writer_lost(log_id)),
-        }
+        Ok(())
     }
 
-    async fn send(&mut self, bytes: Bytes) -> CompactResult<()> {
-        self.uploaded += bytes.len() as u64;
-        self.upload.write(bytes).await.map_err(CompactError::object(&self.data_path))
-    }
-
-    /// Starts encoding the collected rows as one row group on a blocking thread (after the
-    /// previous row group is done, and once one of the `encoders` is free).
-    async fn encode_rows(
-        &mut self,
-        log_id: LogId,
-        encoders: &Arc<tokio::sync::Semaphore>,
-    ) -> CompactResult<()> {
+    /// Starts encoding the collected rows as one row group on a blocking thread and writing
+    /// its bytes to the upload (after the previous row group is uploaded, once the
+    /// row-group budget has room for it and one of the `encoders` is free).
+    async fn encode_rows(&mut self, log_id: LogId, inner: &Inner) -> CompactResult<()> {
         if self.rows.is_empty() {
             return Ok(());
         }
-        self.writer(log_id).await?;
-        let encoder = encoders.clone().acquire_owned().await.map_err(|e| {
+        self.settle().await?;
+        // Holding no share here (the previous row group gave its share back above).
+        let share = inner.row_groups.take(log_id, self.rows_bytes).await?;
+        let encoder = inner.encoders.clone().acquire_owned().await.map_err(|e| {
             let source =
                 lakestream_format::FormatError::invalid("compacted file", format!("no encoder: {e}"));
             CompactError::Encode { log_id, what: "compacted row group", source }
         })?;
         let rows = std::mem::take(&mut self.rows);
         self.rows_bytes = 0;
-        let Encoding::Idle(mut writer) = std::mem::replace(&mut self.data, Encoding::Failed) else {
+        let Encoding::Idle(mut writer, mut upload) = std::mem::replace(&mut self.data, Encoding::Failed)
+        else {
             return Err(writer_lost(log_id));
         };
-        self.data = Encoding::Busy(tokio::task::spawn_blocking(move || {
-            let _encoder = encoder;
-            for payload in rows {
-                writer.push(payload)?;
-            }
-            writer.flush_row_group()?;
-            let bytes = writer.take_written()?;
-            Ok((writer, bytes))
+        let data_path = self.data_path.clone();
+        self.data = Encoding::Busy(Box::pin(async move {
+            let encoded = tokio::task::spawn_blocking(move || {
+                let _encoder = encoder;
+                for payload in rows {
+                    writer.push(payload)?;
+                }
+                writer.flush_row_group()?;
+                let bytes = writer.take_written()?;
+                Ok::<_, lakestream_format::FormatError>((writer, bytes))
+            })
+            .await;
+            let (writer, bytes) = encoded
+                .map_err(|e| encode_task_failed(log_id, e))?
+                .map_err(|source| CompactError::Encode { log_id, what: "compacted row group", source })?;
+            let sent = bytes.len() as u64;
+            upload.write(Bytes::from(bytes)).await.map_err(CompactError::object(&data_path))?;
+            drop(share);
+            Ok((writer, upload, sent))
         }));
         Ok(())
     }
@@ -1101,8 +1182,7 @@ impl<'a> FilesBuilder<'a> {
             let upload = store.start_upload(&data_path).await.map_err(CompactError::object(&data_path))?;
             self.current = Some(OpenFile {
                 name,
-                data: Encoding::Idle(Box::new(data)),
-                upload,
+                data: Encoding::Idle(Box::new(data), upload),
                 uploaded: 0,
                 data_path,
                 companion,
@@ -1126,7 +1206,7 @@ impl<'a> FilesBuilder<'a> {
         file.last_offset = row.end_offset() - 1;
         self.payload_bytes += u64::from(row.entry_size);
         if file.rows_bytes >= config.row_group_bytes || file.rows.len() >= MAX_ROWS_PER_ROW_GROUP {
-            file.encode_rows(log_id, &self.compactor.inner.encoders).await?;
+            file.encode_rows(log_id, &self.compactor.inner).await?;
         }
         if file.payload_bytes >= config.max_file_bytes {
             self.close_file().await?;
@@ -1140,9 +1220,9 @@ impl<'a> FilesBuilder<'a> {
     async fn close_file(&mut self) -> CompactResult<()> {
         let Some(mut file) = self.current.take() else { return Ok(()) };
         let log_id = self.log.log_id;
-        file.encode_rows(log_id, &self.compactor.inner.encoders).await?;
-        file.writer(log_id).await?;
-        let Encoding::Idle(writer) = std::mem::replace(&mut file.data, Encoding::Failed) else {
+        file.encode_rows(log_id, &self.compactor.inner).await?;
+        file.settle().await?;
+        let Encoding::Idle(writer, upload) = std::mem::replace(&mut file.data, Encoding::Failed) else {
             return Err(writer_lost(log_id));
         };
         let rows = writer.row_count();
@@ -1150,7 +1230,10 @@ impl<'a> FilesBuilder<'a> {
             .await
             .map_err(|e| encode_task_failed(log_id, e))?
             .map_err(self.encode_err("compacted file"))?;
-        file.send(Bytes::from(rest)).await?;
+        let mut upload = upload;
+        let rest_len = rest.len() as u64;
+        upload.write(Bytes::from(rest)).await.map_err(CompactError::object(&file.data_path))?;
+        file.uploaded += rest_len;
         let index = file.companion.finish().map_err(self.encode_err("companion file"))?;
         let companion_name =
             compacted::companion_name(&file.name).map_err(self.encode_err("companion name"))?;
@@ -1162,7 +1245,7 @@ impl<'a> FilesBuilder<'a> {
             .await
             .map_err(CompactError::object(&companion_path))?;
         let data_path = file.data_path.clone();
-        file.upload.complete().await.map_err(CompactError::object(&data_path))?;
+        upload.complete().await.map_err(CompactError::object(&data_path))?;
         self.written.push(WrittenFile {
             name: file.name,
             last_offset: file.last_offset,
@@ -1171,6 +1254,22 @@ impl<'a> FilesBuilder<'a> {
             companion_bytes,
         });
         Ok(())
+    }
+
+    /// The log's next message from the fetch driver, while the open file's row group in
+    /// flight (if any) is encoded and uploaded: its share of the row-group budget is given
+    /// back without waiting for more entries, which may wait on logs that need that share.
+    async fn recv(
+        &mut self,
+        entries: &mut tokio::sync::mpsc::Receiver<RecordEntries>,
+    ) -> CompactResult<Option<RecordEntries>> {
+        if let Some(file) = self.current.as_mut().filter(|f| matches!(f.data, Encoding::Busy(_))) {
+            tokio::select! {
+                settled = file.settle() => settled?,
+                message = entries.recv() => return Ok(message),
+            }
+        }
+        Ok(entries.recv().await)
     }
 
     async fn finish(mut self) -> CompactResult<(Vec<WrittenFile>, u64)> {

@@ -37,8 +37,9 @@ pub struct CompactorConfig {
     /// handed to every log of the pass that needs it at once, then dropped: nothing is kept
     /// for reuse, since a pass reads each object once. Default 64 MiB (at least one object is
     /// always fetched, however large). The compactor holds about this much WAL data plus,
-    /// for each of `concurrent_logs` logs, two row groups and the part of a file being
-    /// uploaded.
+    /// for each of `concurrent_logs` logs, the row group it collects and the part of a file
+    /// being uploaded, and `row_group_budget_bytes` of row groups encoding or on their way
+    /// to the upload across all logs.
     pub fetch_bytes: usize,
     /// How many logs one pass compacts together (consecutive logs of the list it is given,
     /// usually the partitions of one stream, which share WAL objects): their ranges' C2 runs
@@ -48,8 +49,9 @@ pub struct CompactorConfig {
     pub concurrent_logs: usize,
     /// A compacted file's row groups hold about this much payload. Default 4 MiB. Payloads
     /// are copied out of the WAL objects they were read from into the row group being
-    /// built, which is encoded off the async runtime while the next one is read; so the
-    /// compactor holds about two row groups of payload, never whole WAL objects, and a reader
+    /// built, which is encoded off the async runtime while the next one is read; so each
+    /// log holds about one row group being collected, all logs together at most two more
+    /// being encoded or uploaded (`row_group_budget_bytes`), never whole WAL objects, and a reader
     /// of a compacted file can fetch one small row group rather than a large one.
     pub row_group_bytes: usize,
     /// How long a WAL object is kept after no index record names it any more. Default 1 h.
@@ -201,6 +203,14 @@ impl CompactorConfig {
             return fail("install_attempts", "must be at least 1".into());
         }
         self.reader.validate().map_err(|e| ConfigError { field: "reader", rule: e.to_string() })
+    }
+
+    /// The bytes of full row groups the compactor holds at once between collection and
+    /// upload, across all of its concurrent logs: two row groups (one encoding on each of
+    /// two cores, or one encoding while the other's bytes go to its upload). Derived, not
+    /// set: `row_group_bytes` × 2.
+    pub fn row_group_budget_bytes(&self) -> u64 {
+        (self.row_group_bytes as u64).saturating_mul(2)
     }
 
     pub(crate) fn ms(d: Duration) -> i64 {

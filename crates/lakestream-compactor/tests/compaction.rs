@@ -13,7 +13,7 @@ use lakestream_compactor::{CompactError, CompactorConfig, InstallOutcome, Progre
 use lakestream_format::companion::{ReadOptions, read_companion};
 use lakestream_format::entry_index::{self, IndexValue};
 use lakestream_format::keys;
-use lakestream_format::{FileType, LogId};
+use lakestream_format::{FileType, LogId, LogRef};
 use lakestream_meta::PutCondition;
 use lakestream_meta::lease;
 use lakestream_objstore::ObjectPath;
@@ -1149,4 +1149,61 @@ async fn one_pass_fetches_each_shared_wal_object_once_for_all_its_logs() {
         }
         w.close().await;
     }
+}
+
+/// Eight logs compacted in one pass, whose entries share every WAL object: the row groups
+/// between collection and upload never exceed the compactor-wide budget
+/// (`row_group_budget_bytes`, two row groups here, against eight logs filling row groups at
+/// once), every log still completes, and every log reads back what was appended.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn eight_concurrent_logs_stay_within_the_row_group_budget_and_complete() {
+    const PAYLOAD: usize = 1024;
+    const ROW_GROUP: usize = 4 * PAYLOAD;
+    let dir = tempfile::tempdir().unwrap();
+    let mut s = Stack::new();
+    // Compacted files stream to disk row group by row group.
+    let compacted_root = lakestream_objstore::ObjectRoot::new("compacted", None).unwrap();
+    s.compacted =
+        std::sync::Arc::new(lakestream_objstore::LocalFsStore::new(dir.path(), compacted_root).unwrap());
+    let logs: Vec<LogRef> = (0..8).map(|i| log_ref(190 + i)).collect();
+    // A batch flushes once it holds the eight logs' entries of a round: one object each.
+    let w = s.writer_with(190, one_batch_of_bytes(logs.len() * PAYLOAD));
+    let mut acked: Vec<Vec<lakestream_format::Entry>> = vec![Vec::new(); logs.len()];
+    for round in 0..12u8 {
+        let appends = logs.iter().enumerate().map(|(i, l)| {
+            let payload = Bytes::from(vec![round.wrapping_mul(16).wrapping_add(i as u8); PAYLOAD]);
+            let w = &w;
+            async move { (payload.clone(), w.append(l.log_id, payload, 1).await.unwrap()) }
+        });
+        for (i, (payload, ack)) in futures::future::join_all(appends).await.into_iter().enumerate() {
+            acked[i].push(lakestream_format::Entry {
+                offset: ack.offset,
+                record_count: ack.record_count,
+                timestamp_ms: ack.timestamp_ms,
+                payload,
+            });
+        }
+    }
+    s.clock.advance_ms(AGE);
+    let config = CompactorConfig { concurrent_logs: 8, row_group_bytes: ROW_GROUP, ..test_config() };
+    let budget = config.row_group_budget_bytes();
+    assert_eq!(budget, 2 * ROW_GROUP as u64);
+    let c = s.compactor(config, 190);
+    let report =
+        tokio::time::timeout(std::time::Duration::from_secs(60), c.compact_once(&logs, &no_progress))
+            .await
+            .expect("the pass did not finish in 60 s: logs waiting on the row-group budget deadlocked");
+    assert_eq!((report.logs_compacted, report.ranges.len(), report.failed.len()), (8, 8, 0), "{report:?}");
+    let high_water = c.row_group_bytes_high_water();
+    assert!(
+        (ROW_GROUP as u64..=budget).contains(&high_water),
+        "row-group bytes held at once: {high_water}, budget {budget}"
+    );
+    for (log, entries) in logs.iter().zip(&acked) {
+        assert_eq!(&read_all(&s.reader(), log, 0).await, entries, "log {}", log.log_id);
+        let types: Vec<FileType> =
+            index_values(&s, log.log_id).await.iter().map(|(_, v, _)| v.file_type()).collect();
+        assert_eq!(types, [FileType::Parquet]);
+    }
+    w.close().await;
 }
