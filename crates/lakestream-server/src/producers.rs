@@ -77,9 +77,6 @@ use serde::{Deserialize, Serialize};
 
 use crate::api::{ApiError, ApiResult, ErrorKind};
 
-/// The prefix of every producer state key.
-pub const PRODUCER_PREFIX: &str = keys::PRODUCER_STATE_PREFIX;
-
 /// The longest producer id.
 pub const MAX_PRODUCER_ID: usize = 64;
 
