@@ -25,6 +25,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .build_server(true)
         .build_client(true)
         .bytes(".lakestream.v1")
+        // Encodes into a buffer reserved at the message's size (src/grpc/codec.rs).
+        .codec_path("crate::grpc::codec::LakestreamCodec")
         .compile_fds(descriptors)?;
     Ok(())
 }

@@ -246,13 +246,24 @@ fn which_of(s: Scenario) -> Which {
     }
 }
 
+/// glibc's limit on its malloc arenas.
+const ARENAS: &str = "MALLOC_ARENA_MAX";
+/// The compactor role's arenas as deployed.
+const COMPACTOR_ARENAS: &str = "2";
+
 /// Runs `step` of `s` in a child process and waits for it.
 fn spawn_step(s: Scenario, step: Step, run_id: &str) -> Result<(), BenchError> {
     let what = format!("the {} scenario's {step:?} process", s.name()).to_lowercase();
     let program = std::env::current_exe().map_err(err(format!("{what}: this program's path")))?;
     let own: Vec<OsString> = std::env::args_os().skip(1).collect();
-    let status = std::process::Command::new(program)
-        .args(child_args(&own, step, which_of(s), run_id))
+    let mut child = std::process::Command::new(program);
+    child.args(child_args(&own, step, which_of(s), run_id));
+    if s == Scenario::Compact && step == Step::Measure && std::env::var_os(ARENAS).is_none() {
+        // The compactor as deployed (docker-compose.yml, the Helm chart's compactor role):
+        // two glibc arenas, which keep its peak RSS within its bound (docs/performance.md).
+        child.env(ARENAS, COMPACTOR_ARENAS);
+    }
+    let status = child
         .status()
         .map_err(err(format!("starting {what}")))?;
     match status.code() {

@@ -42,20 +42,53 @@ use crate::{BenchError, err};
 /// Payload bytes a client asks for per fetch.
 const FETCH_BYTES: u64 = 8 << 20;
 
+/// Payload bytes per message of a gRPC read session: the API's default, what a client that
+/// names no size gets.
+const SESSION_MESSAGE_BYTES: u64 = lakestream_server::api::DEFAULT_FETCH_BYTES as u64;
+
 /// How a client fetches.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Transport {
+    /// `GET .../entries` with the raw entries body, one request per fetch.
     Http,
+    /// The unary `Fetch` call, one call per fetch.
     Grpc,
+    /// One `ReadSession` call per partition: answers streamed while the client reads.
+    GrpcSession,
 }
 
 impl Transport {
+    /// Every transport, in the order the phases run.
+    const ALL: [Transport; 3] = [Transport::Http, Transport::Grpc, Transport::GrpcSession];
+
     fn name(self) -> &'static str {
         match self {
             Transport::Http => "HTTP",
             Transport::Grpc => "gRPC",
+            Transport::GrpcSession => "gRPC session",
         }
     }
+
+    /// What one latency sample of this transport covers.
+    fn unit(self) -> String {
+        match self {
+            Transport::Http | Transport::Grpc => format!("fetch, {} MiB max", FETCH_BYTES >> 20),
+            Transport::GrpcSession => format!("message, {} MiB max", SESSION_MESSAGE_BYTES >> 20),
+        }
+    }
+}
+
+/// A gRPC client of `at` with HTTP/2 windows for a client that fetches 8 MiB at a time: with
+/// the defaults a fetch waits for a window update every few hundred KiB.
+async fn grpc_client(at: SocketAddr) -> Result<LakestreamClient<tonic::transport::Channel>, BenchError> {
+    let channel = tonic::transport::Endpoint::from_shared(format!("http://{at}"))
+        .map_err(err("gRPC endpoint"))?
+        .initial_stream_window_size(Some(16 << 20))
+        .initial_connection_window_size(Some(16 << 20))
+        .connect()
+        .await
+        .map_err(err(format!("connecting to gRPC at {at}")))?;
+    Ok(LakestreamClient::new(channel).max_decoding_message_size(usize::MAX))
 }
 
 /// The stack's API over one reader, served on loopback until dropped.
@@ -229,16 +262,7 @@ async fn read_partition(
             }
         }
         Transport::Grpc => {
-            // HTTP/2 windows of a client that fetches 8 MiB at a time: with the defaults a
-            // fetch waits for a window update every few hundred KiB.
-            let channel = tonic::transport::Endpoint::from_shared(format!("http://{}", served.1))
-                .map_err(err(what(next)))?
-                .initial_stream_window_size(Some(16 << 20))
-                .initial_connection_window_size(Some(16 << 20))
-                .connect()
-                .await
-                .map_err(err(what(next)))?;
-            let mut client = LakestreamClient::new(channel).max_decoding_message_size(usize::MAX);
+            let mut client = grpc_client(served.1).await?;
             while next < end {
                 let request = pb::FetchRequest {
                     namespace: DEFAULT_NAMESPACE.into(),
@@ -251,6 +275,36 @@ async fn read_partition(
                 let t = Instant::now();
                 let response = client.fetch(request).await.map_err(err(what(next)))?.into_inner();
                 latency.record(t.elapsed());
+                let n: u64 = response.entries.iter().map(|e| e.payload.len() as u64).sum();
+                meter.add(n);
+                (bytes, fetches) = (bytes + n, fetches + 1);
+                if response.entries.is_empty() || response.next_offset <= next {
+                    return Err(BenchError::Operation {
+                        what: what(next),
+                        message: format!("no progress before the end offset {end}"),
+                    });
+                }
+                next = response.next_offset;
+            }
+        }
+        Transport::GrpcSession => {
+            let mut client = grpc_client(served.1).await?;
+            let request = pb::ReadSessionRequest {
+                namespace: DEFAULT_NAMESPACE.into(),
+                stream: stream.into(),
+                partition: p,
+                offset: next,
+                max_bytes: Some(SESSION_MESSAGE_BYTES),
+            };
+            let mut answers = client.read_session(request).await.map_err(err(what(next)))?.into_inner();
+            let mut t = Instant::now();
+            // The session tails the partition: the client hangs up (drops it) at `end`.
+            while next < end {
+                let response = answers.message().await.map_err(err(what(next)))?.ok_or_else(|| {
+                    BenchError::Operation { what: what(next), message: "the session ended early".into() }
+                })?;
+                latency.record(t.elapsed());
+                t = Instant::now();
                 let n: u64 = response.entries.iter().map(|e| e.payload.len() as u64).sum();
                 meter.add(n);
                 (bytes, fetches) = (bytes + n, fetches + 1);
@@ -512,7 +566,7 @@ pub(crate) async fn measure(ctx: &BenchContext, data: Vec<DataSet>) -> Result<Sc
 
     // Cold, over each transport.
     let mut cold = Vec::new();
-    for transport in [Transport::Http, Transport::Grpc] {
+    for transport in Transport::ALL {
         let label = format!("consume: cold, {}", transport.name());
         let (stats, n, fetched, s) = cold_passes(ctx, transport, &name, &ends, &label).await?;
         keep(&s, stats.elapsed.as_secs_f64());
@@ -555,7 +609,7 @@ pub(crate) async fn measure(ctx: &BenchContext, data: Vec<DataSet>) -> Result<Sc
     let served = Served::start(ctx, cached_reader).await?;
     pass(Transport::Http, &served, &name, &ends, &Meter::new()).await?;
     let mut cached = Vec::new();
-    for transport in [Transport::Http, Transport::Grpc] {
+    for transport in Transport::ALL {
         let meter = Meter::new();
         let sampler = ctx.sampler(&meter, &format!("consume: cached, {}", transport.name()), ctx.goal());
         let cpu_before = crate::sys::cpu_seconds();
@@ -603,7 +657,7 @@ pub(crate) async fn measure(ctx: &BenchContext, data: Vec<DataSet>) -> Result<Sc
         r.figures.push(figure(&format!("cold {t}: GETs per pass"), fetched.gets as f64 / *n as f64, ""));
         r.figures.push(figure(&format!("cold {t}: fetched from storage"), mib(fetched.bytes), "MiB"));
         r.figures.push(figure(&format!("cold {t}: delivered to clients"), mib(stats.bytes), "MiB"));
-        r.latencies.push(Latency::of(&format!("cold fetch, {t} (8 MiB max)"), &stats.latency));
+        r.latencies.push(Latency::of(&format!("cold {t} ({})", transport.unit()), &stats.latency));
         r.ratios.push(Ratio::new(
             &format!("cold consume, {t} vs raw GET (same WAL bytes)"),
             per_wal,
@@ -639,7 +693,7 @@ pub(crate) async fn measure(ctx: &BenchContext, data: Vec<DataSet>) -> Result<Sc
         let t = transport.name();
         r.figures.push(figure(&format!("cached consume, {t} (wall)"), stats.mb_s(), "MB/s"));
         r.figures.push(figure(&format!("cached {t}: passes"), *n as f64, ""));
-        r.latencies.push(Latency::of(&format!("cached fetch, {t} (8 MiB max)"), &stats.latency));
+        r.latencies.push(Latency::of(&format!("cached {t} ({})", transport.unit()), &stats.latency));
         // CPU time comes in ticks of 10 ms: a phase shorter than a tick counts one.
         let per_core = cpu_s.map(|c| stats.bytes as f64 / 1e6 / c.max(0.01));
         match per_core {
@@ -735,16 +789,18 @@ pub(crate) async fn measure(ctx: &BenchContext, data: Vec<DataSet>) -> Result<Sc
     r.samples = samples;
     r.notes.push(format!(
         "Clients and server share this process: HTTP/1.1 and gRPC on loopback, one client per partition ({concurrency} \
-         for the data set), {} MiB per fetch; raw frames over HTTP (no JSON). Bytes delivered are payload bytes counted \
+         for the data set), {} MiB per fetch (HTTP and unary gRPC `Fetch`) or one gRPC `ReadSession` per partition \
+         streaming answers of up to {} MiB; raw frames over HTTP (no JSON). Bytes delivered are payload bytes counted \
          by the clients. Every phase runs whole passes until it has run for the phase duration; cold, catch-up and \
          compacted passes each use a fresh reader (empty caches; the OS page cache of the object store stays warm for \
          every phase and baseline alike). Per-core figures divide by this process's CPU time, clients included. RSS is \
          this process's, clients included (`lakestream bench` measures in a process of its own with no writer; \
          another process wrote the data sets before it started). The WAL read mode is {:?}. The time series runs through the \
          phases in order (each measured phase before its baseline, so that its RSS is its own): cold HTTP, cold gRPC, \
-         raw GET, catch-up, raw sequential GET, cached HTTP, cached gRPC, compacted cold, raw GET of the compacted \
-         files.",
+         cold gRPC session, raw GET, catch-up, raw sequential GET, cached HTTP, cached gRPC, cached gRPC session, \
+         compacted cold, raw GET of the compacted files.",
         FETCH_BYTES >> 20,
+        SESSION_MESSAGE_BYTES >> 20,
         ctx.config.reader.wal_read,
     ));
     Ok(r)

@@ -1146,6 +1146,13 @@ async fn compact(
         config.codec,
         file_sizes.len()
     ));
+    r.notes.push(match std::env::var("MALLOC_ARENA_MAX") {
+        Ok(arenas) => format!(
+            "glibc malloc arenas: MALLOC_ARENA_MAX={arenas} (the compactor role's setting in docker-compose.yml \
+             and the Helm chart)."
+        ),
+        Err(_) => "glibc malloc arenas: the default (MALLOC_ARENA_MAX unset).".into(),
+    });
     Ok(r)
 }
 
@@ -1246,19 +1253,23 @@ pub(crate) mod tests {
         for figure in [
             "cold consume, HTTP (payload delivered)",
             "cold consume, gRPC (payload delivered)",
+            "cold consume, gRPC session (payload delivered)",
             "cached consume, HTTP (wall)",
+            "cached consume, gRPC session (wall)",
             "catch-up, HTTP (WAL bytes covered)",
             "compacted cold consume, HTTP (payload delivered)",
         ] {
             assert!(figure_of(&r, figure) > 0.0, "{figure}");
         }
-        // Every pass delivers the whole data set.
-        let delivered = figure_of(&r, "cold HTTP: delivered to clients");
-        let passes = figure_of(&r, "cold HTTP: passes");
-        assert!(
-            (delivered - passes * mib(200 * 1024 + 2 * 7)).abs() < 1e-6,
-            "{delivered} MiB in {passes} passes"
-        );
+        // Every pass delivers the whole data set, whichever the transport.
+        for t in ["HTTP", "gRPC", "gRPC session"] {
+            let delivered = figure_of(&r, &format!("cold {t}: delivered to clients"));
+            let passes = figure_of(&r, &format!("cold {t}: passes"));
+            assert!(
+                (delivered - passes * mib(200 * 1024 + 2 * 7)).abs() < 1e-6,
+                "{t}: {delivered} MiB in {passes} passes"
+            );
+        }
         assert_eq!(
             figure_of(&r, "compacted: delivered"),
             figure_of(&r, "compacted: passes") * mib(200 * 1024 + 2 * 7)
@@ -1267,6 +1278,7 @@ pub(crate) mod tests {
         let goals: Vec<&str> = r.targets.iter().map(|t| t.name.as_str()).collect();
         for goal in [
             "cold consume (HTTP, RAW)",
+            "cold consume (gRPC session, RAW)",
             "cold consume (HTTP, compacted)",
             "fetched ÷ delivered",
             "catch-up",

@@ -33,6 +33,8 @@ use crate::auth::Permission;
 use crate::config::GrpcConfig;
 use crate::metrics::Metrics;
 
+pub mod codec;
+
 /// Generated code, one module per protobuf package (the nesting lets the packages refer to
 /// each other).
 #[allow(missing_docs, clippy::all, clippy::pedantic, unreachable_pub)]
