@@ -25,14 +25,13 @@ use http_body_util::BodyExt as _;
 use lakestream_compactor::{Compactor, CompactorConfig, CompactorDeps, Progress};
 use lakestream_format::{Clock, LogRef, SystemClock};
 use lakestream_meta::lease::RandomTokens;
-use lakestream_objstore::{ObjectMeta, ObjectPath, ObjectStore};
+use lakestream_objstore::{CountingStore, ObjectMeta, ObjectPath, ObjectStore};
 use lakestream_reader::{Reader, ReaderConfig, ReaderDeps};
 use lakestream_server::grpc::pb;
 use lakestream_server::grpc::pb::lakestream_client::LakestreamClient;
 use lakestream_server::stack::DEFAULT_NAMESPACE;
 
 use crate::baseline::{self, Load, OpStats, per_second};
-use crate::fetched::FetchCounter;
 use crate::hist::Histogram;
 use crate::meter::{Goal, Meter, Sampled};
 use crate::report::{Latency, Ratio, ScenarioReport, Target};
@@ -405,18 +404,18 @@ async fn cold_passes(
     let sampler = ctx.sampler(&meter, label, ctx.goal());
     let fetched = std::sync::Mutex::new(Fetched::default());
     let got = passes(ctx, || async {
-        let wal = Arc::new(FetchCounter::new(ctx.stack.wal.clone()));
-        let compacted = Arc::new(FetchCounter::new(ctx.stack.compacted.clone()));
+        let wal = Arc::new(CountingStore::new(ctx.stack.wal.clone()));
+        let compacted = Arc::new(CountingStore::new(ctx.stack.compacted.clone()));
         let deps =
             ReaderDeps { meta: ctx.stack.meta.clone(), wal: wal.clone(), compacted: compacted.clone() };
         let reader = Reader::new(ctx.config.reader.clone(), deps).map_err(err("reader configuration"))?;
         let served = Served::start(ctx, reader).await?;
         let p = pass(transport, &served, stream, ends, &meter).await;
         served.stop().await;
-        let ((g1, b1), (g2, b2)) = (wal.fetched(), compacted.fetched());
+        let (wal, compacted) = (wal.counts(), compacted.counts());
         let mut f = fetched.lock().unwrap_or_else(|e| e.into_inner());
-        f.gets += g1 + g2;
-        f.bytes += b1 + b2;
+        f.gets += wal.gets + compacted.gets;
+        f.bytes += wal.bytes_fetched + compacted.bytes_fetched;
         p
     })
     .await;

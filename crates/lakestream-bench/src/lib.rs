@@ -24,7 +24,6 @@ pub mod baseline;
 pub mod cli;
 mod consume;
 mod events;
-pub mod fetched;
 pub mod hist;
 pub mod meta;
 pub mod meter;

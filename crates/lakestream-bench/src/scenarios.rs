@@ -26,7 +26,7 @@ use bytes::Bytes;
 use lakestream_compactor::{Compactor, CompactorConfig, CompactorDeps, Progress};
 use lakestream_format::{Clock, LogId, LogRef, SystemClock};
 use lakestream_meta::lease::RandomTokens;
-use lakestream_objstore::{ObjectMeta, ObjectPath};
+use lakestream_objstore::{CountingStore, Counts, ObjectMeta, ObjectPath};
 use lakestream_server::config::{MetadataConfig, ObjectStoreConfig};
 use lakestream_server::{ServerConfig, Stack};
 use lakestream_writer::Writer;
@@ -949,7 +949,7 @@ async fn compact(
     let config = CompactorConfig { max_range_age: Duration::ZERO, ..ctx.config.compactor.clone() };
     let clock: Arc<dyn Clock> = Arc::new(SystemClock);
     // The compactor's WAL reads are counted: each object once for all the logs of a pass.
-    let wal_counter = Arc::new(crate::fetched::FetchCounter::new(ctx.stack.wal.clone()));
+    let wal_counter = Arc::new(CountingStore::new(ctx.stack.wal.clone()));
     let compactor = Compactor::new(
         config.clone(),
         CompactorDeps {
@@ -993,7 +993,7 @@ async fn compact(
             let mut last = 0;
             loop {
                 tokio::time::sleep(Duration::from_millis(50)).await;
-                let (_, read) = counter.fetched();
+                let read = counter.counts().bytes_fetched;
                 meter.add(read.saturating_sub(last));
                 last = read;
             }
@@ -1032,7 +1032,7 @@ async fn compact(
             message: "no range was compacted".into(),
         });
     }
-    let (wal_gets, wal_fetched) = wal_counter.fetched();
+    let Counts { gets: wal_gets, bytes_fetched: wal_fetched, .. } = wal_counter.counts();
     drop(compactor);
 
     // The baseline: the same WAL objects read once each and written back as files of the

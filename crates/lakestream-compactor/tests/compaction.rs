@@ -1103,7 +1103,8 @@ async fn one_pass_fetches_each_shared_wal_object_once_for_all_its_logs() {
         let mut s = Stack::new();
         let root = lakestream_objstore::ObjectRoot::new("wal", None).unwrap();
         let local = lakestream_objstore::LocalFsStore::new(dir.path(), root).unwrap();
-        let counting = std::sync::Arc::new(common::CountingObjects::new(std::sync::Arc::new(local)));
+        let counting =
+            std::sync::Arc::new(lakestream_objstore::CountingStore::per_object(std::sync::Arc::new(local)));
         s.wal = counting.clone();
         // Compacted files stream to disk row group by row group (16-byte row groups here).
         let compacted_root = lakestream_objstore::ObjectRoot::new("compacted", None).unwrap();
@@ -1132,11 +1133,11 @@ async fn one_pass_fetches_each_shared_wal_object_once_for_all_its_logs() {
         assert_eq!(objects.len(), 4, "one object per round");
         s.clock.advance_ms(AGE);
         let c = s.compactor(CompactorConfig { concurrent_logs, row_group_bytes: 16, ..test_config() }, 70);
-        counting.reset();
+        counting.take();
         let report = c.compact_once(&logs, &no_progress).await;
         assert_eq!((report.ranges.len(), report.failed.len()), (3, 0), "{report:?}");
-        let gets = counting.gets();
-        assert_eq!(gets.keys().cloned().collect::<Vec<_>>(), objects);
+        let gets = counting.gets_per_object();
+        assert_eq!(gets.keys().map(ToString::to_string).collect::<Vec<_>>(), objects);
         assert!(
             gets.values().all(|&n| n == gets_per_object),
             "concurrent_logs {concurrent_logs}: GETs per object {gets:?}"

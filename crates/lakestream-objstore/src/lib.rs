@@ -11,6 +11,7 @@
 //! | [`LocalFsStore`] | files below a directory: the embedded default |
 //! | [`InMemoryStore`] | a map in memory, for unit tests |
 //! | [`FaultyStore`] | a seeded fault-injecting wrapper for reliability tests |
+//! | `CountingStore` | a wrapper counting GETs (whole, ranged, per object), bytes fetched, HEADs and PUTs (feature `testkit`) |
 //! | `conformance` | the suite every backend passes (feature `testkit`) |
 //!
 //! ```
@@ -40,7 +41,11 @@ pub mod store;
 
 #[cfg(any(test, feature = "testkit"))]
 pub mod conformance;
+#[cfg(any(test, feature = "testkit"))]
+pub mod counting;
 
+#[cfg(any(test, feature = "testkit"))]
+pub use counting::{CountingStore, Counts};
 pub use error::{ObjectResult, ObjectStoreError};
 pub use faulty::{FaultConfig, FaultKind, FaultyStore, InjectedFault, Operation, OperationFaults};
 pub use local::LocalFsStore;

@@ -4,12 +4,9 @@
 //! reads of one file fetch each part once.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use async_trait::async_trait;
 use bytes::Bytes;
-use futures::stream::BoxStream;
 use lakestream_format::compacted::{self, Codec, KNOWN_BINDINGS, WriteOptions};
 use lakestream_format::companion::{self, CompanionRow};
 use lakestream_format::entry_index::{EntryIndex, ParquetRange};
@@ -18,75 +15,10 @@ use lakestream_format::keys;
 use lakestream_format::{LogId, LogRef};
 use lakestream_meta::{InMemoryStore, MetaStore, PutCondition};
 use lakestream_objstore::{
-    ByteRange, LocalFsStore, ObjectMeta, ObjectPath, ObjectPrefix, ObjectResult, ObjectRoot, ObjectStore,
-    WriteOnce,
+    CountingStore, Counts, FaultConfig, FaultyStore, LocalFsStore, ObjectPath, ObjectRoot, ObjectStore,
+    Operation, OperationFaults,
 };
 use lakestream_reader::{Reader, ReaderConfig, ReaderDeps};
-
-/// An object store that counts its GETs (whole and ranged), the bytes they return, and HEADs.
-#[derive(Debug)]
-struct Counted {
-    inner: Arc<dyn ObjectStore>,
-    gets: AtomicU64,
-    bytes: AtomicU64,
-    heads: AtomicU64,
-}
-
-impl Counted {
-    fn count(&self, got: ObjectResult<Bytes>) -> ObjectResult<Bytes> {
-        self.gets.fetch_add(1, Ordering::SeqCst);
-        if let Ok(b) = &got {
-            self.bytes.fetch_add(b.len() as u64, Ordering::SeqCst);
-        }
-        got
-    }
-
-    /// (GETs, bytes fetched, HEADs) so far, and resets them.
-    fn take(&self) -> (u64, u64, u64) {
-        (
-            self.gets.swap(0, Ordering::SeqCst),
-            self.bytes.swap(0, Ordering::SeqCst),
-            self.heads.swap(0, Ordering::SeqCst),
-        )
-    }
-}
-
-#[async_trait]
-impl ObjectStore for Counted {
-    async fn put(&self, path: &ObjectPath, bytes: Bytes) -> ObjectResult<()> {
-        self.inner.put(path, bytes).await
-    }
-    async fn get(&self, path: &ObjectPath) -> ObjectResult<Bytes> {
-        let got = self.inner.get(path).await;
-        self.count(got)
-    }
-    async fn get_range(&self, path: &ObjectPath, range: ByteRange) -> ObjectResult<Bytes> {
-        // Slowed a little, so that concurrent reads overlap for certain.
-        tokio::time::sleep(Duration::from_millis(20)).await;
-        let got = self.inner.get_range(path, range).await;
-        self.count(got)
-    }
-    async fn head(&self, path: &ObjectPath) -> ObjectResult<ObjectMeta> {
-        self.heads.fetch_add(1, Ordering::SeqCst);
-        self.inner.head(path).await
-    }
-    async fn delete(&self, path: &ObjectPath) -> ObjectResult<()> {
-        self.inner.delete(path).await
-    }
-    async fn delete_many(&self, paths: &[ObjectPath]) -> ObjectResult<()> {
-        self.inner.delete_many(paths).await
-    }
-    fn list(
-        &self,
-        prefix: &ObjectPrefix,
-        start_after: Option<&ObjectPath>,
-    ) -> BoxStream<'static, ObjectResult<ObjectMeta>> {
-        self.inner.list(prefix, start_after)
-    }
-    fn write_once(&self) -> WriteOnce {
-        self.inner.write_once()
-    }
-}
 
 const ENTRY: usize = 64 << 10;
 const ENTRIES: u64 = 512; // 32 MiB of payload
@@ -107,7 +39,8 @@ fn payload(i: u64) -> Bytes {
 
 struct Compacted {
     meta: Arc<InMemoryStore>,
-    counted: Arc<Counted>,
+    /// The file's store, counting GETs (whole and ranged), the bytes they return, and HEADs.
+    counted: Arc<CountingStore>,
     log: LogRef,
     file_len: u64,
 }
@@ -147,12 +80,10 @@ async fn compacted_log(name: &str) -> Compacted {
     let meta = Arc::new(InMemoryStore::new());
     let key = keys::index_key(log.log_id, ENTRIES, range.cumulative_end);
     meta.put(&keys::partition(log.log_id), &key, Bytes::from(value), PutCondition::None).await.unwrap();
-    let counted = Arc::new(Counted {
-        inner: store,
-        gets: AtomicU64::new(0),
-        bytes: AtomicU64::new(0),
-        heads: AtomicU64::new(0),
-    });
+    // Ranged GETs slowed a little, so that concurrent reads overlap for certain.
+    let slowed = OperationFaults { delay: Duration::from_millis(20), ..OperationFaults::default() };
+    let slowed = FaultyStore::new(store, FaultConfig::new(0).with(Operation::GetRange, slowed));
+    let counted = Arc::new(CountingStore::new(Arc::new(slowed)));
     Compacted { meta, counted, log, file_len }
 }
 
@@ -172,7 +103,7 @@ async fn a_read_near_the_end_of_a_large_compacted_file_fetches_a_small_fraction_
     assert_eq!(batch.entries[0].offset, offset);
     assert_eq!(batch.entries[0].timestamp_ms, 1_000 + offset as i64);
     assert_eq!(batch.entries[0].payload, payload(offset));
-    let (gets, bytes, heads) = c.counted.take();
+    let Counts { gets, bytes_fetched: bytes, heads, .. } = c.counted.take();
     eprintln!(
         "one read near the end: {gets} GETs, {heads} HEAD, {bytes} bytes of a {}-byte file",
         c.file_len
@@ -191,7 +122,8 @@ async fn a_read_near_the_end_of_a_large_compacted_file_fetches_a_small_fraction_
     let batch = r.read(&c.log, offset + 1, 1 << 20, Duration::ZERO).await.unwrap();
     assert_eq!(batch.entries.len(), 2);
     assert_eq!(batch.next_offset, ENTRIES);
-    assert_eq!(c.counted.take(), (0, 0, 0));
+    let after = c.counted.take();
+    assert_eq!((after.gets, after.bytes_fetched, after.heads), (0, 0, 0));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -206,7 +138,7 @@ async fn concurrent_reads_of_one_compacted_file_fetch_each_part_once() {
     for read in futures::future::join_all(reads).await {
         assert_eq!(read.unwrap().entries[0].payload, payload(100));
     }
-    let (gets, _, heads) = c.counted.take();
+    let Counts { gets, heads, .. } = c.counted.take();
     assert_eq!((gets, heads), (3, 1), "eight concurrent reads of one row group");
 }
 
@@ -225,7 +157,7 @@ async fn a_catch_up_read_of_a_compacted_file_fetches_it_about_once() {
         assert_eq!(batch.next_offset, next);
     }
     tokio::time::sleep(Duration::from_millis(100)).await; // any read-ahead still landing
-    let (gets, bytes, heads) = c.counted.take();
+    let Counts { gets, bytes_fetched: bytes, heads, .. } = c.counted.take();
     assert_eq!(heads, 1);
     assert!(gets <= 2 + ENTRIES.div_ceil((ROW_GROUP / ENTRY) as u64), "{gets} GETs");
     assert!(bytes <= c.file_len + c.file_len / 50, "fetched {bytes} bytes of a {}-byte file", c.file_len);

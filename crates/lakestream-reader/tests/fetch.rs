@@ -3,77 +3,25 @@
 //! once), and reads fetch the next objects of a log ahead.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use async_trait::async_trait;
 use bytes::Bytes;
-use futures::stream::BoxStream;
 use lakestream_format::{LogId, LogRef, SystemClock};
 use lakestream_meta::InMemoryStore;
 use lakestream_meta::lease::SeededTokens;
 use lakestream_objstore::{
-    ByteRange, LocalFsStore, ObjectMeta, ObjectPath, ObjectPrefix, ObjectResult, ObjectRoot, ObjectStore,
-    WriteOnce,
+    CountingStore, FaultConfig, FaultyStore, LocalFsStore, ObjectPrefix, ObjectRoot, ObjectStore, Operation,
+    OperationFaults,
 };
 use lakestream_reader::{Reader, ReaderConfig, ReaderDeps, WalReadMode};
 use lakestream_writer::{Writer, WriterConfig, WriterDeps};
 
-/// An object store that counts its GETs (whole and ranged), each slowed a little so that
-/// concurrent reads overlap for certain.
-#[derive(Debug)]
-struct CountedGets {
-    inner: Arc<dyn ObjectStore>,
-    gets: AtomicU64,
-    bytes: AtomicU64,
-}
-
-impl CountedGets {
-    fn new(inner: Arc<dyn ObjectStore>) -> CountedGets {
-        CountedGets { inner, gets: AtomicU64::new(0), bytes: AtomicU64::new(0) }
-    }
-
-    async fn counted(&self, get: impl Future<Output = ObjectResult<Bytes>>) -> ObjectResult<Bytes> {
-        self.gets.fetch_add(1, Ordering::SeqCst);
-        tokio::time::sleep(Duration::from_millis(50)).await;
-        let got = get.await;
-        if let Ok(b) = &got {
-            self.bytes.fetch_add(b.len() as u64, Ordering::SeqCst);
-        }
-        got
-    }
-}
-
-#[async_trait]
-impl ObjectStore for CountedGets {
-    async fn put(&self, path: &ObjectPath, bytes: Bytes) -> ObjectResult<()> {
-        self.inner.put(path, bytes).await
-    }
-    async fn get(&self, path: &ObjectPath) -> ObjectResult<Bytes> {
-        self.counted(self.inner.get(path)).await
-    }
-    async fn get_range(&self, path: &ObjectPath, range: ByteRange) -> ObjectResult<Bytes> {
-        self.counted(self.inner.get_range(path, range)).await
-    }
-    async fn head(&self, path: &ObjectPath) -> ObjectResult<ObjectMeta> {
-        self.inner.head(path).await
-    }
-    async fn delete(&self, path: &ObjectPath) -> ObjectResult<()> {
-        self.inner.delete(path).await
-    }
-    async fn delete_many(&self, paths: &[ObjectPath]) -> ObjectResult<()> {
-        self.inner.delete_many(paths).await
-    }
-    fn list(
-        &self,
-        prefix: &ObjectPrefix,
-        start_after: Option<&ObjectPath>,
-    ) -> BoxStream<'static, ObjectResult<ObjectMeta>> {
-        self.inner.list(prefix, start_after)
-    }
-    fn write_once(&self) -> WriteOnce {
-        self.inner.write_once()
-    }
+/// `wal` behind a counter of its GETs (whole and ranged), each slowed a little so that
+/// concurrent reads overlap for certain (counted as made, before the delay).
+fn counted_gets(wal: Arc<dyn ObjectStore>) -> Arc<CountingStore> {
+    let slowed = OperationFaults { delay: Duration::from_millis(50), ..OperationFaults::default() };
+    let config = FaultConfig::new(0).with(Operation::Get, slowed).with(Operation::GetRange, slowed);
+    Arc::new(CountingStore::new(Arc::new(FaultyStore::new(wal, config))))
 }
 
 /// A writer to a fresh local-filesystem WAL root named `name`, with this flush window.
@@ -119,7 +67,7 @@ async fn one_object_of_logs(
 /// Reads every log from offset 0 concurrently with one reader; returns the GETs made.
 async fn concurrent_reads(name: &str, config: ReaderConfig, logs: u64, entry: usize) -> u64 {
     let (meta, wal) = one_object_of_logs(name, logs, entry).await;
-    let counted = Arc::new(CountedGets::new(wal));
+    let counted = counted_gets(wal);
     let deps = ReaderDeps { meta, wal: counted.clone(), compacted: counted.clone() };
     let reader = Reader::new(config, deps).unwrap();
     let reads = (0..logs).map(|log| {
@@ -134,7 +82,7 @@ async fn concurrent_reads(name: &str, config: ReaderConfig, logs: u64, entry: us
     for read in futures::future::join_all(reads).await {
         read.unwrap();
     }
-    counted.gets.load(Ordering::SeqCst)
+    counted.counts().gets
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -175,7 +123,7 @@ async fn a_read_fetches_the_next_objects_of_its_log_ahead() {
     w.close().await;
     let log = LogRef { log_id: LogId(1), namespace: "ns".into(), stream: "s".into() };
     for (budget, expect_ahead) in [(4 * ENTRY, 4), (0, 0)] {
-        let counted = Arc::new(CountedGets::new(wal.clone()));
+        let counted = counted_gets(wal.clone());
         let deps = ReaderDeps { meta: meta.clone(), wal: counted.clone(), compacted: counted.clone() };
         let config = ReaderConfig { read_ahead_bytes: budget, ..ReaderConfig::default() };
         let reader = Reader::new(config, deps).unwrap();
@@ -183,7 +131,7 @@ async fn a_read_fetches_the_next_objects_of_its_log_ahead() {
         let first = reader.read(&log, 0, 1, Duration::ZERO).await.unwrap();
         assert_eq!(first.entries.len(), 1);
         tokio::time::sleep(Duration::from_millis(500)).await; // the read-ahead lands
-        let after_first = counted.gets.load(Ordering::SeqCst);
+        let after_first = counted.counts().gets;
         assert_eq!(after_first, 1 + expect_ahead, "GETs after the first read (budget {budget})");
         let mut next = first.next_offset;
         for i in 1..OBJECTS {
@@ -191,7 +139,7 @@ async fn a_read_fetches_the_next_objects_of_its_log_ahead() {
             assert_eq!(batch.entries[0].payload, Bytes::from(vec![i as u8; ENTRY]));
             next = batch.next_offset;
         }
-        assert_eq!(counted.gets.load(Ordering::SeqCst), OBJECTS, "each object is fetched once");
+        assert_eq!(counted.counts().gets, OBJECTS, "each object is fetched once");
     }
 }
 
@@ -224,7 +172,7 @@ async fn read_logs(
     objects: u64,
     entry: usize,
 ) -> (u64, u64) {
-    let counted = Arc::new(CountedGets::new(wal));
+    let counted = counted_gets(wal);
     let deps = ReaderDeps { meta, wal: counted.clone(), compacted: counted.clone() };
     let reader = Reader::new(ReaderConfig::default(), deps).unwrap();
     let reads = logs.iter().map(|&log| {
@@ -240,7 +188,10 @@ async fn read_logs(
     for read in futures::future::join_all(reads).await {
         read.unwrap();
     }
-    (counted.gets.load(Ordering::SeqCst), counted.bytes.load(Ordering::SeqCst))
+    {
+        let counts = counted.counts();
+        (counts.gets, counts.bytes_fetched)
+    }
 }
 
 /// Readers of every log of shared objects: the first objects, read by ranges, show that the

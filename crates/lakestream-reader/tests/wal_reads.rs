@@ -2,71 +2,15 @@
 //! default), a reader of one log fetches that log's share, not the whole object.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use async_trait::async_trait;
 use bytes::Bytes;
-use futures::stream::BoxStream;
 use lakestream_format::{LogId, LogRef, SystemClock};
 use lakestream_meta::InMemoryStore;
 use lakestream_meta::lease::SeededTokens;
-use lakestream_objstore::{
-    ByteRange, InMemoryStore as MemObjects, ObjectMeta, ObjectPath, ObjectPrefix, ObjectResult, ObjectStore,
-    WriteOnce,
-};
+use lakestream_objstore::{CountingStore, InMemoryStore as MemObjects, ObjectStore};
 use lakestream_reader::{Reader, ReaderConfig, ReaderDeps, WalReadMode};
 use lakestream_writer::{Writer, WriterConfig, WriterDeps};
-
-/// An object store that counts the bytes its reads return.
-#[derive(Debug)]
-struct Counted {
-    inner: Arc<dyn ObjectStore>,
-    fetched: AtomicU64,
-}
-
-impl Counted {
-    fn count(&self, bytes: ObjectResult<Bytes>) -> ObjectResult<Bytes> {
-        if let Ok(b) = &bytes {
-            self.fetched.fetch_add(b.len() as u64, Ordering::SeqCst);
-        }
-        bytes
-    }
-}
-
-#[async_trait]
-impl ObjectStore for Counted {
-    async fn put(&self, path: &ObjectPath, bytes: Bytes) -> ObjectResult<()> {
-        self.inner.put(path, bytes).await
-    }
-    async fn get(&self, path: &ObjectPath) -> ObjectResult<Bytes> {
-        let got = self.inner.get(path).await;
-        self.count(got)
-    }
-    async fn get_range(&self, path: &ObjectPath, range: ByteRange) -> ObjectResult<Bytes> {
-        let got = self.inner.get_range(path, range).await;
-        self.count(got)
-    }
-    async fn head(&self, path: &ObjectPath) -> ObjectResult<ObjectMeta> {
-        self.inner.head(path).await
-    }
-    async fn delete(&self, path: &ObjectPath) -> ObjectResult<()> {
-        self.inner.delete(path).await
-    }
-    async fn delete_many(&self, paths: &[ObjectPath]) -> ObjectResult<()> {
-        self.inner.delete_many(paths).await
-    }
-    fn list(
-        &self,
-        prefix: &ObjectPrefix,
-        start_after: Option<&ObjectPath>,
-    ) -> BoxStream<'static, ObjectResult<ObjectMeta>> {
-        self.inner.list(prefix, start_after)
-    }
-    fn write_once(&self) -> WriteOnce {
-        self.inner.write_once()
-    }
-}
 
 /// The default read mode fetches one log's span of an object that holds eight logs equally
 /// (its eighth, plus the index); the whole-object mode fetches the object; a log that is most
@@ -99,7 +43,7 @@ async fn a_reader_of_one_log_fetches_its_share_of_a_many_log_object() {
     let fetched_by = |mode: WalReadMode, log: u64| {
         let (meta, wal) = (meta.clone(), wal.clone());
         async move {
-            let counted = Arc::new(Counted { inner: wal, fetched: AtomicU64::new(0) });
+            let counted = Arc::new(CountingStore::new(wal));
             let deps = ReaderDeps {
                 meta,
                 wal: counted.clone(),
@@ -111,7 +55,7 @@ async fn a_reader_of_one_log_fetches_its_share_of_a_many_log_object() {
             let batch = reader.read(&log_ref, 0, 1 << 20, Duration::ZERO).await.unwrap();
             assert_eq!(batch.entries.len(), 1);
             assert_eq!(batch.entries[0].payload, Bytes::from(vec![log as u8; ENTRY]));
-            counted.fetched.load(Ordering::SeqCst) as usize
+            counted.counts().bytes_fetched as usize
         }
     };
     assert_eq!(ReaderConfig::default().wal_read, WalReadMode::Adaptive);
@@ -124,7 +68,7 @@ async fn a_reader_of_one_log_fetches_its_share_of_a_many_log_object() {
     assert!((ENTRY..2 * ENTRY).contains(&alone), "{alone}");
 
     // A section read with ranged GETs is cached: reading it again fetches nothing.
-    let counted = Arc::new(Counted { inner: wal.clone(), fetched: AtomicU64::new(0) });
+    let counted = Arc::new(CountingStore::new(wal.clone()));
     let deps = ReaderDeps {
         meta: meta.clone(),
         wal: counted.clone(),
@@ -133,8 +77,8 @@ async fn a_reader_of_one_log_fetches_its_share_of_a_many_log_object() {
     let reader = Reader::new(ReaderConfig::default(), deps).unwrap();
     let log = LogRef { log_id: LogId(3), namespace: "ns".into(), stream: "s".into() };
     let first = reader.read(&log, 0, 1 << 20, Duration::ZERO).await.unwrap();
-    let after_first = counted.fetched.load(Ordering::SeqCst);
+    let after_first = counted.counts().bytes_fetched;
     let again = reader.read(&log, 0, 1 << 20, Duration::ZERO).await.unwrap();
     assert_eq!(first.entries, again.entries);
-    assert_eq!(counted.fetched.load(Ordering::SeqCst), after_first, "the second read came from the cache");
+    assert_eq!(counted.counts().bytes_fetched, after_first, "the second read came from the cache");
 }

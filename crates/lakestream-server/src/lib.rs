@@ -23,6 +23,7 @@ pub mod objects;
 pub mod producers;
 pub mod retention;
 pub mod stack;
+mod sweep;
 pub mod tables;
 
 use std::future::Future;

@@ -68,9 +68,10 @@
 use std::sync::Arc;
 
 use bytes::Bytes;
+use lakestream_catalog::Stream;
 use lakestream_format::entry_index::{self, IndexValue};
 use lakestream_format::keys::{self, IndexKey};
-use lakestream_format::{ErrorClass, LogId};
+use lakestream_format::{ErrorClass, LogId, LogRef};
 use lakestream_meta::{MetaError, MetaStore, PutCondition, Version};
 use lakestream_writer::{AppendAck, AppendError};
 use serde::{Deserialize, Serialize};
@@ -193,43 +194,29 @@ pub(crate) async fn run_expiry(
     idle: std::time::Duration,
     interval: std::time::Duration,
     metrics: Arc<crate::metrics::Metrics>,
-    mut stop: tokio::sync::watch::Receiver<bool>,
+    stop: tokio::sync::watch::Receiver<bool>,
 ) {
     use std::sync::atomic::Ordering;
     let idle_ms = i64::try_from(idle.as_millis()).unwrap_or(i64::MAX);
-    loop {
-        tokio::select! {
-            _ = stop.changed() => return,
-            _ = tokio::time::sleep(interval) => {}
-        }
-        let streams = match stack.all_streams().await {
-            Ok(s) => s,
+    // References moved into each visit: the visits borrow from this function, not the closure.
+    let (stack, metrics) = (&stack, &metrics);
+    let visit = move |p: usize, log: LogRef, ()| async move {
+        match expire_idle(stack.meta.as_ref(), log.log_id, stack.clock.now_ms(), idle_ms).await {
+            Ok(stats) => {
+                metrics.producer_states_expired.fetch_add(stats.expired as u64, Ordering::Relaxed);
+                if stats.expired > 0 {
+                    tracing::info!(namespace = %log.namespace, stream = %log.stream, partition = p, expired = stats.expired, "idle producer states deleted");
+                }
+            }
             Err(e) => {
-                tracing::warn!(error = %e, "producer expiry skipped: cannot list the catalog's streams");
-                continue;
-            }
-        };
-        for stream in streams {
-            for p in 0..stream.partition_count() {
-                let Some(log) = stream.log_ref(p) else { continue };
-                if *stop.borrow() {
-                    return;
-                }
-                match expire_idle(stack.meta.as_ref(), log.log_id, stack.clock.now_ms(), idle_ms).await {
-                    Ok(stats) => {
-                        metrics.producer_states_expired.fetch_add(stats.expired as u64, Ordering::Relaxed);
-                        if stats.expired > 0 {
-                            tracing::info!(namespace = %stream.namespace, stream = %stream.name, partition = p, expired = stats.expired, "idle producer states deleted");
-                        }
-                    }
-                    Err(e) => {
-                        metrics.producer_expiry_failures.fetch_add(1, Ordering::Relaxed);
-                        tracing::warn!(namespace = %stream.namespace, stream = %stream.name, partition = p, error = %e, "producer expiry failed; retried next sweep");
-                    }
-                }
+                metrics.producer_expiry_failures.fetch_add(1, Ordering::Relaxed);
+                tracing::warn!(namespace = %log.namespace, stream = %log.stream, partition = p, error = %e, "producer expiry failed; retried next sweep");
             }
         }
-    }
+    };
+    let every_stream = |_: &Stream| Some(());
+    crate::sweep::every_partition(stack, interval, "producer expiry skipped", stop, every_stream, visit)
+        .await;
 }
 
 /// The last request of a producer on a partition.

@@ -10,6 +10,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
+use lakestream_catalog::Stream;
 use lakestream_compactor::{Compactor, no_progress};
 use lakestream_format::{LogRef, keys};
 use lakestream_meta::Comparison;
@@ -18,6 +19,7 @@ use tokio::sync::watch;
 
 use crate::metrics::Metrics;
 use crate::stack::Stack;
+use crate::sweep;
 
 /// The stream property limiting the age of entries, in milliseconds.
 pub const RETENTION_MS: &str = "retention_ms";
@@ -46,50 +48,34 @@ pub(crate) async fn run(
     stack: Stack,
     interval: std::time::Duration,
     metrics: Arc<Metrics>,
-    mut stop: watch::Receiver<bool>,
+    stop: watch::Receiver<bool>,
 ) {
     let Some(writer) = stack.writer.clone() else { return };
-    loop {
-        tokio::select! {
-            _ = stop.changed() => return,
-            _ = tokio::time::sleep(interval) => {}
+    let select = |stream: &Stream| match policy_of(&stream.properties) {
+        Ok(p) if p.is_unlimited() => None,
+        Ok(p) => Some(p),
+        Err(e) => {
+            // Refused at create and update; a record written otherwise is reported.
+            tracing::warn!(namespace = %stream.namespace, stream = %stream.name, error = %e, "retention skipped");
+            None
         }
-        let streams = match stack.all_streams().await {
-            Ok(s) => s,
+    };
+    // References moved into each visit: the visits borrow from this function, not the closure.
+    let (writer, stack, metrics) = (&writer, &stack, &metrics);
+    let visit = move |p: usize, log: LogRef, policy: RetentionPolicy| async move {
+        match writer.enforce_retention(log.log_id, policy, stack.clock.now_ms()).await {
+            Ok(Some(t)) if t.advanced => {
+                metrics.retention_trims.fetch_add(1, Ordering::Relaxed);
+                tracing::info!(namespace = %log.namespace, stream = %log.stream, partition = p, trim_marker = t.marker, "retention trimmed");
+            }
+            Ok(_) => {}
             Err(e) => {
-                tracing::warn!(error = %e, "retention pass skipped: cannot list the catalog's streams");
-                continue;
-            }
-        };
-        for stream in streams {
-            let policy = match policy_of(&stream.properties) {
-                Ok(p) if p.is_unlimited() => continue,
-                Ok(p) => p,
-                Err(e) => {
-                    // Refused at create and update; a record written otherwise is reported.
-                    tracing::warn!(namespace = %stream.namespace, stream = %stream.name, error = %e, "retention skipped");
-                    continue;
-                }
-            };
-            for p in 0..stream.partition_count() {
-                let Some(log) = stream.log_ref(p) else { continue };
-                if *stop.borrow() {
-                    return;
-                }
-                match writer.enforce_retention(log.log_id, policy, stack.clock.now_ms()).await {
-                    Ok(Some(t)) if t.advanced => {
-                        metrics.retention_trims.fetch_add(1, Ordering::Relaxed);
-                        tracing::info!(namespace = %stream.namespace, stream = %stream.name, partition = p, trim_marker = t.marker, "retention trimmed");
-                    }
-                    Ok(_) => {}
-                    Err(e) => {
-                        metrics.retention_failures.fetch_add(1, Ordering::Relaxed);
-                        tracing::warn!(namespace = %stream.namespace, stream = %stream.name, partition = p, error = %e, "retention failed; retried next pass");
-                    }
-                }
+                metrics.retention_failures.fetch_add(1, Ordering::Relaxed);
+                tracing::warn!(namespace = %log.namespace, stream = %log.stream, partition = p, error = %e, "retention failed; retried next pass");
             }
         }
-    }
+    };
+    sweep::every_partition(stack, interval, "retention pass skipped", stop, select, visit).await;
 }
 
 /// Hard-trims each log whose oldest index record ends at or below its trim marker B (what a

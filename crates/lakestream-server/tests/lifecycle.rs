@@ -1,6 +1,7 @@
 //! Stream lifecycle over HTTP on a real (embedded) stack: retention by bytes and by age,
 //! enforced in the background (soft trim by the writer role, then hard trim by the compactor
-//! role), updating a stream's settings, and deleting an empty namespace.
+//! role), idle producers' states swept in the background, updating a stream's settings, and
+//! deleting an empty namespace.
 
 use std::time::Duration;
 
@@ -106,9 +107,6 @@ async fn retention_by_bytes_soft_trims_then_the_compactor_hard_trims() {
         lakestream_format::keys::IndexKey::parse(&first.key).unwrap().end_offset > 5
     })
     .await;
-    let counter = |text: &str, name: &str| -> u64 {
-        text.lines().find_map(|l| l.strip_prefix(name)).and_then(|v| v.trim().parse().ok()).unwrap_or(0)
-    };
     eventually("the trims in the metrics", async || {
         let m = metrics(&s.base).await;
         counter(&m, "lakestream_retention_trims_total ") >= 1
@@ -120,6 +118,39 @@ async fn retention_by_bytes_soft_trims_then_the_compactor_hard_trims() {
 
 async fn metrics(base: &str) -> String {
     get_ok(base, "/metrics").await
+}
+
+/// The value of the counter `name` (with its trailing space) in a metrics page; 0 if absent.
+fn counter(text: &str, name: &str) -> u64 {
+    text.lines().find_map(|l| l.strip_prefix(name)).and_then(|v| v.trim().parse().ok()).unwrap_or(0)
+}
+
+/// The writer role's background sweep deletes a producer's state once it has been idle for
+/// `[producers] idle_expiry`: the deletion is counted, and the producer's next sequence is
+/// then refused as an unknown producer's.
+#[tokio::test]
+async fn idle_producer_states_are_swept_in_the_background() {
+    let s = support::start_with(|config| {
+        config.producers.idle_expiry = Duration::from_millis(300);
+        config.producers.sweep_interval = Duration::from_millis(50);
+    })
+    .await;
+    let (status, v) =
+        json_call(&s.base, "POST", "/v1/namespaces/default/streams", json!({"name": "idle"})).await;
+    assert_eq!(status, StatusCode::CREATED, "{v}");
+    let path = "/v1/namespaces/default/streams/idle/partitions/0/entries";
+    let request = |sequence: u64| json!({"entries": [{"payload_base64": "eA=="}], "producer_id": "prod-idle", "producer_sequence": sequence});
+    let (status, v) = json_call(&s.base, "POST", path, request(0)).await;
+    assert_eq!(status, StatusCode::OK, "{v}");
+    eventually("the sweep of the idle producer's state", async || {
+        counter(&metrics(&s.base).await, "lakestream_producer_states_expired_total ") >= 1
+    })
+    .await;
+    let (status, v) = json_call(&s.base, "POST", path, request(1)).await;
+    assert_eq!(status, StatusCode::CONFLICT, "{v}");
+    let message = v["error"]["message"].as_str().unwrap_or_default();
+    assert!(message.contains("no state on this partition"), "{v}");
+    s.stop().await;
 }
 
 #[tokio::test]
