@@ -263,9 +263,7 @@ fn spawn_step(s: Scenario, step: Step, run_id: &str) -> Result<(), BenchError> {
         // two glibc arenas, which keep its peak RSS within its bound (docs/performance.md).
         child.env(ARENAS, COMPACTOR_ARENAS);
     }
-    let status = child
-        .status()
-        .map_err(err(format!("starting {what}")))?;
+    let status = child.status().map_err(err(format!("starting {what}")))?;
     match status.code() {
         Some(0) => Ok(()),
         Some(c) if c == i32::from(UNAVAILABLE) => {

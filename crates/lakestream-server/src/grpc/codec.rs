@@ -71,7 +71,7 @@ mod tests {
                 .map(|i| pb::Entry {
                     offset: i,
                     record_count: 1,
-                    timestamp_ms: 1_700_000_000_000 + i,
+                    timestamp_ms: 1_700_000_000_000 + i as i64,
                     payload: bytes::Bytes::from(vec![i as u8; 65536 + i as usize]),
                 })
                 .collect(),
