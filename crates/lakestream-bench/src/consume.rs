@@ -1,15 +1,16 @@
 //! The `consume` scenario: reads as a client sees them (issue #19).
 //!
 //! The stack's read path is served over HTTP (`Accept: application/vnd.lakestream.entries`,
-//! raw frames) and gRPC (`Fetch`) on loopback, in this process, and clients in this process
-//! fetch every log of a data set from its first offset to its end, one client per log, 8 MiB
-//! per fetch, counting the payload bytes that reach them. Every phase runs whole passes over
+//! raw frames) and gRPC (unary `Fetch`, and the streaming `ReadSession`) on loopback, in this
+//! process, and clients in this process fetch every log of a data set from its first offset
+//! to its end, one client per log, 8 MiB per fetch (a session streams answers of up to the
+//! API's default, 1 MiB), counting the payload bytes that reach them. Every phase runs whole passes over
 //! the data set until it has run for `--duration` (one pass with `--count`):
 //!
 //! | phase | reader | baseline |
 //! | --- | --- | --- |
-//! | cold, HTTP and gRPC | a fresh reader per pass (empty caches), its GETs and their bytes counted | raw GET of every WAL object of the data set, one task per log, passes as long |
-//! | cached, HTTP and gRPC | one reader whose cache holds the data set, warmed by one pass | CPU time of this process (server and clients) per byte delivered |
+//! | cold, HTTP, gRPC and gRPC session | a fresh reader per pass (empty caches), its GETs and their bytes counted | raw GET of every WAL object of the data set, one task per log, passes as long |
+//! | cached, HTTP, gRPC and gRPC session | one reader whose cache holds the data set, warmed by one pass | CPU time of this process (server and clients) per byte delivered |
 //! | compacted, HTTP | the data set compacted (PARQUET records); a fresh reader per pass | raw GET of every compacted file and companion, one task per log |
 //! | catch-up, HTTP | one log of `--catch-up-mib` read by one client from its first offset; a fresh reader per pass | raw GET of its WAL objects one after another |
 //!
