@@ -86,7 +86,15 @@ struct Inner {
     appended: watch::Sender<u64>,
     /// Bytes of objects and sections being read ahead now.
     read_ahead_in_flight: std::sync::atomic::AtomicUsize,
+    /// Names of the WAL objects this reader has fetched from (whole or by ranges), the most
+    /// recent [`READ_BEFORE_NAMES`]: one of them that is not cached whole now was evicted or
+    /// read by ranges, and the logs still to read it each need their own section only (see
+    /// [`Reader::raw_plan`]).
+    read_before: quick_cache::sync::Cache<String, ()>,
 }
+
+/// How many names of objects fetched from a reader remembers (about 100 bytes each).
+const READ_BEFORE_NAMES: usize = 8192;
 
 /// What the WAL cache holds: a whole parsed object, or one log's section of one, read with
 /// ranged GETs (the section, the payload bytes read, and where they start in the payload
@@ -113,6 +121,7 @@ impl Reader {
             inner: Arc::new(Inner {
                 files: ObjectCache::new(config.object_cache_bytes),
                 wal_objects: ObjectCache::new(config.object_cache_bytes),
+                read_before: quick_cache::sync::Cache::new(READ_BEFORE_NAMES),
                 index: IndexCache::new(config.index_cache_ttl, config.index_cache_records),
                 tails: tail::Tails::default(),
                 batches: gather::Batches::default(),
@@ -413,10 +422,14 @@ impl Reader {
                     // A smaller section: whole when this reader's readers use most of the
                     // objects they read (see `demand`), unless the object is being read by
                     // ranges already (its index is being read or cached): fetching it whole
-                    // would fetch those ranges again.
+                    // would fetch those ranges again; or unless it was fetched from before
+                    // (whole, and evicted since, or by ranges): the logs still to read it lag
+                    // the others by more than the cache holds, and each needs its own
+                    // section only.
                     || (self.inner.demand.shared(Instant::now().into_std()) == Some(true)
                         && !self.inner.batches.is_open(&raw.location)
-                        && !self.inner.wal_objects.contains(&index_key(&raw.location)))
+                        && !self.inner.wal_objects.contains(&index_key(&raw.location))
+                        && !self.inner.read_before.contains_key(&raw.location))
             }
         };
         match whole {
@@ -451,6 +464,9 @@ impl Reader {
                 };
                 let weight = bytes.len();
                 let object = WalObject::parse(bytes).map_err(|e| corrupt(e.to_string()))?;
+                // After the GET, not before: readers of the object's other logs meanwhile
+                // join this load (single-flight) rather than read their sections.
+                self.inner.read_before.insert(raw.location.clone(), ());
                 Ok::<_, ReadError>(Some((CachedWal::Object(Arc::new(object)), weight)))
             };
             self.inner.wal_objects.get_or_load(&key, load).await?
@@ -458,6 +474,7 @@ impl Reader {
             let load = async {
                 match self.read_section_ranged(log_id, record, raw).await? {
                     Attempt::Done(got) => {
+                        self.inner.read_before.insert(raw.location.clone(), ());
                         let weight = got.1.len() + 16 * got.0.entries.len();
                         Ok::<_, ReadError>(Some((CachedWal::Section(Arc::new(got)), weight)))
                     }

@@ -175,6 +175,19 @@ async fn read_logs(
     let counted = counted_gets(wal);
     let deps = ReaderDeps { meta, wal: counted.clone(), compacted: counted.clone() };
     let reader = Reader::new(ReaderConfig::default(), deps).unwrap();
+    read_with(&reader, &counted, logs, objects, entry).await
+}
+
+/// Reads `logs` concurrently with `reader` from offset 0 to `objects`, one entry per read,
+/// checking each entry; returns the GETs and the bytes `counted` saw fetched meanwhile.
+async fn read_with(
+    reader: &Reader,
+    counted: &CountingStore,
+    logs: &[u64],
+    objects: u64,
+    entry: usize,
+) -> (u64, u64) {
+    counted.take();
     let reads = logs.iter().map(|&log| {
         let reader = reader.clone();
         tokio::spawn(async move {
@@ -188,10 +201,8 @@ async fn read_logs(
     for read in futures::future::join_all(reads).await {
         read.unwrap();
     }
-    {
-        let counts = counted.counts();
-        (counts.gets, counts.bytes_fetched)
-    }
+    let counts = counted.take();
+    (counts.gets, counts.bytes_fetched)
 }
 
 /// Readers of every log of shared objects: the first objects, read by ranges, show that the
@@ -220,5 +231,35 @@ async fn a_reader_of_one_log_of_shared_objects_reads_its_share() {
     assert!(
         bytes <= OBJECTS * (ENTRY as u64 + 4096),
         "fetched {bytes} bytes for {OBJECTS} entries of {ENTRY}"
+    );
+}
+
+/// A log read after the others, by more than the cache holds, finds the objects they read
+/// whole evicted: it reads its own section of each (and the object's index), not each object
+/// again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_log_behind_the_cache_reads_its_sections_of_evicted_objects() {
+    const OBJECTS: u64 = 12;
+    const ENTRY: usize = 64 << 10;
+    let (meta, wal) = objects_of_eight_logs("lagging", OBJECTS, ENTRY).await;
+    let counted = counted_gets(wal);
+    let deps = ReaderDeps { meta, wal: counted.clone(), compacted: counted.clone() };
+    // Room for two objects of eight entries; no read-ahead, so that the second step fetches
+    // for the lagging log only.
+    let config = ReaderConfig {
+        object_cache_bytes: 2 * 8 * (ENTRY + 4096),
+        read_ahead_bytes: 0,
+        ..ReaderConfig::default()
+    };
+    let reader = Reader::new(config, deps).unwrap();
+    let (gets, bytes) = read_with(&reader, &counted, &[0, 1, 2, 3, 4, 5, 6], OBJECTS, ENTRY).await;
+    eprintln!("seven logs: {gets} GETs, {bytes} bytes");
+    assert!(gets < OBJECTS * 2, "the seven logs read the objects whole: {gets} GETs for {OBJECTS} objects");
+    let (gets, bytes) = read_with(&reader, &counted, &[7], OBJECTS, ENTRY).await;
+    eprintln!("the lagging log: {gets} GETs, {bytes} bytes");
+    // Its section and the object's index (a 4 KiB read) per object; each object is 8× that.
+    assert!(
+        bytes <= OBJECTS * (ENTRY as u64 + 4096),
+        "the lagging log fetched {bytes} bytes for {OBJECTS} entries of {ENTRY}"
     );
 }
