@@ -275,15 +275,9 @@ async fn read_partition(
                 let t = Instant::now();
                 let response = client.fetch(request).await.map_err(err(what(next)))?.into_inner();
                 latency.record(t.elapsed());
-                let n: u64 = response.entries.iter().map(|e| e.payload.len() as u64).sum();
+                let n = delivered(&response, next, end).map_err(err(what(next)))?;
                 meter.add(n);
                 (bytes, fetches) = (bytes + n, fetches + 1);
-                if response.entries.is_empty() || response.next_offset <= next {
-                    return Err(BenchError::Operation {
-                        what: what(next),
-                        message: format!("no progress before the end offset {end}"),
-                    });
-                }
                 next = response.next_offset;
             }
         }
@@ -305,20 +299,22 @@ async fn read_partition(
                 })?;
                 latency.record(t.elapsed());
                 t = Instant::now();
-                let n: u64 = response.entries.iter().map(|e| e.payload.len() as u64).sum();
+                let n = delivered(&response, next, end).map_err(err(what(next)))?;
                 meter.add(n);
                 (bytes, fetches) = (bytes + n, fetches + 1);
-                if response.entries.is_empty() || response.next_offset <= next {
-                    return Err(BenchError::Operation {
-                        what: what(next),
-                        message: format!("no progress before the end offset {end}"),
-                    });
-                }
                 next = response.next_offset;
             }
         }
     }
     Ok((bytes, fetches, latency))
+}
+
+/// The payload bytes of a gRPC answer to a read at `next`, or why it made no progress.
+fn delivered(response: &pb::FetchResponse, next: u64, end: u64) -> Result<u64, String> {
+    if response.entries.is_empty() || response.next_offset <= next {
+        return Err(format!("no progress before the end offset {end}"));
+    }
+    Ok(response.entries.iter().map(|e| e.payload.len() as u64).sum())
 }
 
 /// One pass: every partition of `stream` read from its first offset to `ends[p]`, one client
