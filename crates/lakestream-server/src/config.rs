@@ -1441,7 +1441,8 @@ mod tests {
     fn listener_limits_are_read_and_checked() {
         let config = ServerConfig::from_toml(
             "[listener]\nmax_connections = 5\nheader_read_timeout = \"2s\"\nidle_timeout = \"3s\"\n\
-             tls_handshake_timeout = \"4s\"\nhttp2_max_concurrent_streams = 7\ndrain_delay = \"5s\"\n",
+             tls_handshake_timeout = \"4s\"\nhttp2_max_concurrent_streams = 7\ndrain_delay = \"5s\"\n\
+             http2_max_send_buf_size = 1048576\n",
             Path::new("x.toml"),
         )
         .unwrap();
@@ -1452,6 +1453,8 @@ mod tests {
         assert_eq!(config.listener.tls_handshake_timeout, Duration::from_secs(4));
         assert_eq!(config.listener.http2_max_concurrent_streams, 7);
         assert_eq!(config.listener.drain_delay, Duration::from_secs(5));
+        assert_eq!(config.listener.http2_max_send_buf_size, 1 << 20);
+        assert_eq!(ServerConfig::default().listener.http2_max_send_buf_size, 4 << 20);
         for (key, text) in [
             ("listener.max_connections", "max_connections = 0"),
             ("listener.max_connections", "max_connections = 1000001"),
@@ -1459,6 +1462,8 @@ mod tests {
             ("listener.header_read_timeout", "header_read_timeout = \"0s\""),
             ("listener.tls_handshake_timeout", "tls_handshake_timeout = \"0s\""),
             ("listener.http2_max_concurrent_streams", "http2_max_concurrent_streams = 0"),
+            ("listener.http2_max_send_buf_size", "http2_max_send_buf_size = 0"),
+            ("listener.http2_max_send_buf_size", "http2_max_send_buf_size = 1073741825"),
         ] {
             let config =
                 ServerConfig::from_toml(&format!("[listener]\n{text}\n"), Path::new("x.toml")).unwrap();

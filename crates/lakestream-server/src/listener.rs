@@ -89,6 +89,9 @@ fn file_error(key: &'static str, path: &Path, e: impl std::fmt::Display) -> TlsE
 /// The largest `listener.max_connections`.
 pub const MAX_CONNECTIONS: usize = 1_000_000;
 
+/// The largest `listener.http2_max_send_buf_size` accepted (hyper takes at most `u32::MAX`).
+pub const MAX_SEND_BUF_SIZE: usize = 1 << 30;
+
 /// `[listener]`: connection limits and timeouts, applied to the HTTP and the gRPC listener
 /// each. Every value has to be greater than zero.
 #[derive(Debug, Clone, Deserialize, PartialEq, Eq)]
@@ -121,6 +124,11 @@ pub struct ListenerConfig {
     pub http2_max_pending_accept_reset_streams: usize,
     /// HTTP/2: the largest header list a client may send, in bytes. Default 16 KiB.
     pub http2_max_header_list_size: u32,
+    /// HTTP/2: how much of an answer the server queues on one stream ahead of the socket,
+    /// in bytes. Read answers are up to 8 MiB: with hyper's default of 400 KiB, a client
+    /// that accepts large frames gets them cut to 400 KiB and the connection wakes for each.
+    /// Default 4 MiB, at most 1 GiB. The bytes queued are slices of the answer, not copies.
+    pub http2_max_send_buf_size: usize,
     /// On shutdown (SIGTERM), time between `/readyz` starting to answer 503 and the listeners
     /// closing; requests are served meanwhile, so load balancers can take the instance out
     /// first. Default 0 s (close at once); the Helm chart sets 5 s.
@@ -138,6 +146,7 @@ impl Default for ListenerConfig {
             http2_max_concurrent_streams: 256,
             http2_max_pending_accept_reset_streams: 20,
             http2_max_header_list_size: 16 << 10,
+            http2_max_send_buf_size: 4 << 20,
             drain_delay: Duration::ZERO,
         }
     }
@@ -170,6 +179,12 @@ impl ListenerConfig {
         }
         if self.http2_max_header_list_size == 0 {
             return zero("http2_max_header_list_size");
+        }
+        if self.http2_max_send_buf_size == 0 {
+            return zero("http2_max_send_buf_size");
+        }
+        if self.http2_max_send_buf_size > MAX_SEND_BUF_SIZE {
+            return Err(("http2_max_send_buf_size", format!("must be at most {MAX_SEND_BUF_SIZE} (1 GiB)")));
         }
         Ok(())
     }
@@ -286,7 +301,8 @@ pub async fn serve_connections<S, B>(
         .timer(TokioTimer::new())
         .max_concurrent_streams(limits.http2_max_concurrent_streams)
         .max_pending_accept_reset_streams(limits.http2_max_pending_accept_reset_streams)
-        .max_header_list_size(limits.http2_max_header_list_size);
+        .max_header_list_size(limits.http2_max_header_list_size)
+        .max_send_buf_size(limits.http2_max_send_buf_size);
     let max = limits.max_connections;
     let permits = Arc::new(tokio::sync::Semaphore::new(max));
     let (stop, stopped) = tokio::sync::watch::channel(false);
