@@ -62,8 +62,7 @@ async fn time_until_closed(tcp: &mut TcpStream, limit: Duration) -> Duration {
 }
 
 fn metric(text: &str, series: &str) -> f64 {
-    text.lines()
-        .find_map(|l| l.strip_prefix(series).and_then(|rest| rest.strip_prefix(' ')))
+    support::series_value(text, series)
         .unwrap_or_else(|| panic!("{series} not in /metrics:\n{text}"))
         .parse()
         .unwrap()

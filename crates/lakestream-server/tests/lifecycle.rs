@@ -109,8 +109,8 @@ async fn retention_by_bytes_soft_trims_then_the_compactor_hard_trims() {
     .await;
     eventually("the trims in the metrics", async || {
         let m = metrics(&s.base).await;
-        counter(&m, "lakestream_retention_trims_total ") >= 1
-            && counter(&m, "lakestream_hard_trims_total ") >= 1
+        counter(&m, "lakestream_retention_trims_total") >= 1
+            && counter(&m, "lakestream_hard_trims_total") >= 1
     })
     .await;
     s.stop().await;
@@ -120,9 +120,9 @@ async fn metrics(base: &str) -> String {
     get_ok(base, "/metrics").await
 }
 
-/// The value of the counter `name` (with its trailing space) in a metrics page; 0 if absent.
+/// The value of the counter `name` in a metrics page; 0 if absent.
 fn counter(text: &str, name: &str) -> u64 {
-    text.lines().find_map(|l| l.strip_prefix(name)).and_then(|v| v.trim().parse().ok()).unwrap_or(0)
+    support::series_value(text, name).and_then(|v| v.parse().ok()).unwrap_or(0)
 }
 
 /// The writer role's background sweep deletes a producer's state once it has been idle for
@@ -143,7 +143,7 @@ async fn idle_producer_states_are_swept_in_the_background() {
     let (status, v) = json_call(&s.base, "POST", path, request(0)).await;
     assert_eq!(status, StatusCode::OK, "{v}");
     eventually("the sweep of the idle producer's state", async || {
-        counter(&metrics(&s.base).await, "lakestream_producer_states_expired_total ") >= 1
+        counter(&metrics(&s.base).await, "lakestream_producer_states_expired_total") >= 1
     })
     .await;
     let (status, v) = json_call(&s.base, "POST", path, request(1)).await;

@@ -64,9 +64,7 @@ async fn metric(base: &str, name: &str) -> u64 {
         .unwrap();
     let mut raw = String::new();
     stream.read_to_string(&mut raw).await.unwrap();
-    raw.lines()
-        .find_map(|l| l.strip_prefix(name).and_then(|rest| rest.strip_prefix(' ')))
-        .map_or(0, |v| v.trim().parse().unwrap())
+    support::series_value(&raw, name).map_or(0, |v| v.parse().unwrap())
 }
 
 /// Waits (bounded) until `check` holds.

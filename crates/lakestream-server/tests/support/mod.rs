@@ -89,3 +89,9 @@ pub async fn call(
     };
     (http::StatusCode::from_u16(status).unwrap(), value)
 }
+
+/// The value of the series `series` (a metric name, with its labels if it has any) in a
+/// `/metrics` page, as written there; `None` if the page has no such series.
+pub fn series_value<'a>(metrics: &'a str, series: &str) -> Option<&'a str> {
+    metrics.lines().find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')).map(str::trim)
+}
