@@ -30,7 +30,7 @@ use lakestream_objstore::{CountingStore, ObjectMeta, ObjectPath, ObjectStore};
 use lakestream_reader::{Reader, ReaderConfig, ReaderDeps};
 use lakestream_server::grpc::pb;
 use lakestream_server::grpc::pb::lakestream_client::LakestreamClient;
-use lakestream_service::stack::DEFAULT_NAMESPACE;
+use lakestream_service::DEFAULT_NAMESPACE;
 
 use crate::baseline::{self, Load, OpStats, per_second};
 use crate::hist::Histogram;
@@ -106,9 +106,8 @@ impl Served {
     async fn start(ctx: &BenchContext, reader: Reader) -> Result<Served, BenchError> {
         let mut stack = ctx.stack.clone();
         stack.reader = Some(reader);
-        let metrics = Arc::new(lakestream_service::metrics::Metrics::default());
-        let api =
-            lakestream_service::api::Api::new(stack, metrics.clone(), ctx.config.server.http.max_fetch_wait);
+        let api = lakestream_service::Api::over_stack(stack, ctx.config.server.http.max_fetch_wait);
+        let metrics = api.metrics().clone();
         let app = lakestream_server::http::router(lakestream_server::http::AppState::with_api(
             api.clone(),
             ctx.config.server.http.clone(),

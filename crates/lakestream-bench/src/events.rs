@@ -1,12 +1,12 @@
 //! The `events` scenario: CloudEvents ingestion with deduplication
-//! (`lakestream_service::events::ingest`, one event per request) against plain produce of
+//! (`Api::ingest_events`, one event per request) against plain produce of
 //! entries of the same payload size, at the same concurrency, on the same stream, in the
 //! same run. Every event has a new id, so each one pays the full deduplication cost (claim,
 //! append, record); a duplicate would skip the append and be cheaper.
 
 use lakestream_cloudevents::{Attribute, CloudEvent, Data};
-use lakestream_service::events::{EventStatus, IngestOutcome, ingest};
-use lakestream_service::stack::DEFAULT_NAMESPACE;
+use lakestream_service::DEFAULT_NAMESPACE;
+use lakestream_service::events::EventStatus;
 
 use crate::baseline;
 use crate::meter::Meter;
@@ -19,14 +19,14 @@ pub(crate) async fn run(ctx: &BenchContext) -> Result<ScenarioReport, BenchError
     let logs = ctx.create_stream(Scenario::Events).await?;
     let stream = logs.first().map(|l| l.stream.clone()).unwrap_or_default();
     let ends = warm_up(ctx.writer()?, &logs).await?;
-    let stack = ctx.stack.clone();
+    let api = lakestream_service::Api::over_stack(ctx.stack.clone(), ctx.config.service.max_fetch_wait);
     let pool = payload_pool(ctx.knobs.entry_bytes);
     let source = format!("/bench/{}", ctx.run_id);
 
     let meter = Meter::new();
     let sampler = ctx.sampler(&meter, "events: ingest", ctx.goal());
     let events = baseline::closed_loop(ctx.producers(), ctx.load(), &meter, move |_, seq| {
-        let (stack, pool, source, stream) = (stack.clone(), pool.clone(), source.clone(), stream.clone());
+        let (api, pool, source, stream) = (api.clone(), pool.clone(), source.clone(), stream.clone());
         async move {
             let data = pool[(seq % pool.len() as u64) as usize].to_vec();
             let n = data.len() as u64;
@@ -40,12 +40,8 @@ pub(crate) async fn run(ctx: &BenchContext) -> Result<ScenarioReport, BenchError
                 Some(Data::Binary(data)),
             )
             .map_err(err("building a CloudEvent"))?;
-            match ingest(&stack, DEFAULT_NAMESPACE, &stream, None, vec![event]).await {
-                Ok(IngestOutcome::Done(results))
-                    if results.iter().all(|r| r.status == EventStatus::Appended) =>
-                {
-                    Ok(n)
-                }
+            match api.ingest_events(DEFAULT_NAMESPACE, &stream, None, vec![event]).await {
+                Ok(results) if results.iter().all(|r| r.status == EventStatus::Appended) => Ok(n),
                 Ok(other) => Err(BenchError::Operation {
                     what: format!("ingest of event e{seq}"),
                     message: format!("a new event was not appended: {other:?}"),

@@ -27,8 +27,8 @@ use lakestream_compactor::{Compactor, CompactorConfig, CompactorDeps, Progress};
 use lakestream_format::{Clock, LogId, LogRef, SystemClock};
 use lakestream_meta::lease::RandomTokens;
 use lakestream_objstore::{CountingStore, Counts, ObjectMeta, ObjectPath};
-use lakestream_service::Stack;
 use lakestream_service::config::{MetadataConfig, ObjectStoreConfig};
+use lakestream_service::testkit::Stack;
 
 use crate::BenchConfig;
 use lakestream_writer::Writer;
@@ -225,12 +225,7 @@ impl BenchContext {
         let stream = self
             .stack
             .catalog
-            .create_stream(
-                lakestream_service::stack::DEFAULT_NAMESPACE,
-                &name,
-                self.knobs.logs,
-                Default::default(),
-            )
+            .create_stream(lakestream_service::DEFAULT_NAMESPACE, &name, self.knobs.logs, Default::default())
             .await
             .map_err(err(format!("creating stream {name}")))?;
         (0..stream.partition_count())

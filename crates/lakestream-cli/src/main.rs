@@ -10,7 +10,8 @@
 //!   running service's HTTP API (`--url`, `--token`, `--ca-file` or a profile; see
 //!   `docs/cli.md`, which also lists the exit codes).
 //! - `lakestream bench produce|consume|compact|events|meta|all... --out DIR` — end-to-end
-//!   benchmarks with same-run baselines (see `lakestream-bench`).
+//!   benchmarks with same-run baselines (see `lakestream-bench`), in a binary built with the
+//!   `bench` feature.
 
 mod client;
 mod config;
@@ -213,6 +214,7 @@ enum Command {
     },
     /// Benchmark a stack in process (produce, consume, compact, events or all) against
     /// baselines measured on the same stores; writes JSON, Markdown and PNG plots to --out.
+    #[cfg(feature = "bench")]
     Bench(lakestream_bench::cli::BenchArgs),
 }
 
@@ -572,6 +574,7 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    #[cfg(feature = "bench")]
     if let Command::Bench(args) = cli.command {
         return lakestream_bench::cli::main(args, load_bench_config);
     }
@@ -772,6 +775,7 @@ impl ServeArgs {
 
 /// A configuration file as `serve` reads it (the process's environment included), for
 /// `lakestream bench --config FILE`.
+#[cfg(feature = "bench")]
 fn load_bench_config(path: &Path) -> Result<lakestream_bench::BenchConfig, String> {
     let config = Config::load(path, process_env()).map_err(|e| e.to_string())?;
     Ok(lakestream_bench::BenchConfig { service: config.service, server: config.server })

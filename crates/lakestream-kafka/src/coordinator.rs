@@ -39,12 +39,11 @@ use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use bytes::Bytes;
-use lakestream_meta::{MetaError, MetaStore, Session};
 use lakestream_service::api::{ApiError, ApiResult, ErrorKind};
+use lakestream_service::state::{StateError as MetaError, StateSession, StateStore};
 use serde::{Deserialize, Serialize};
 
 use crate::group::{Group, GroupRecord, record_key};
-use crate::idempotence::KAFKA_PARTITION;
 
 /// A coordinator record's value.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -93,13 +92,13 @@ fn meta_error(what: &str, e: MetaError) -> ApiError {
 /// This process's side of group coordination.
 #[derive(Debug)]
 pub(crate) struct Coordinator {
-    meta: Arc<dyn MetaStore>,
+    store: StateStore,
     node_id: i32,
     host: String,
     port: i32,
     session_timeout: Duration,
     initial_delay: Duration,
-    session: tokio::sync::Mutex<Option<Arc<dyn Session>>>,
+    session: tokio::sync::Mutex<Option<StateSession>>,
     groups: std::sync::Mutex<HashMap<String, Arc<Group>>>,
     /// The registered processes, and when they were listed.
     brokers: std::sync::Mutex<Option<(tokio::time::Instant, Vec<Address>)>>,
@@ -109,14 +108,14 @@ pub(crate) struct Coordinator {
 
 impl Coordinator {
     pub fn new(
-        meta: Arc<dyn MetaStore>,
+        store: StateStore,
         node_id: i32,
         (host, port): (String, i32),
         session_timeout: Duration,
         initial_delay: Duration,
     ) -> Arc<Self> {
         Arc::new(Coordinator {
-            meta,
+            store,
             node_id,
             host,
             port,
@@ -130,7 +129,7 @@ impl Coordinator {
     }
 
     /// This process's address record under `session`.
-    fn me(&self, session: &Arc<dyn Session>) -> Address {
+    fn me(&self, session: &StateSession) -> Address {
         Address {
             v: 1,
             node_id: self.node_id,
@@ -149,7 +148,7 @@ impl Coordinator {
     }
 
     /// Registers this process under `brokers/` through `session` (see [`Coordinator::try_register`]).
-    async fn register(&self, session: &Arc<dyn Session>) -> ApiResult<()> {
+    async fn register(&self, session: &StateSession) -> ApiResult<()> {
         let outcome = self.try_register(session).await;
         *self.registered.lock().unwrap_or_else(std::sync::PoisonError::into_inner) =
             (outcome.is_ok(), Some(tokio::time::Instant::now()));
@@ -180,21 +179,17 @@ impl Coordinator {
 
     /// Registers this process under `brokers/` through `session`, replacing a record of the
     /// same node id and address left by a previous run of it.
-    async fn try_register(&self, session: &Arc<dyn Session>) -> ApiResult<()> {
+    async fn try_register(&self, session: &StateSession) -> ApiResult<()> {
         let key = broker_key(self.node_id);
         let me = self.me(session);
         let value = serde_json::to_vec(&me).map_err(|e| ApiError::new(ErrorKind::Internal, e.to_string()))?;
         for _ in 0..2 {
-            match session.create_ephemeral(KAFKA_PARTITION, &key, Bytes::from(value.clone())).await {
+            match session.create_ephemeral(&key, Bytes::from(value.clone())).await {
                 Ok(_) => return Ok(()),
                 Err(MetaError::KeyExists { .. }) => {}
                 Err(e) => return Err(meta_error("registering the front end", e)),
             }
-            let found = self
-                .meta
-                .get(KAFKA_PARTITION, &key)
-                .await
-                .map_err(|e| meta_error("registering the front end", e))?;
+            let found = self.store.get(&key).await.map_err(|e| meta_error("registering the front end", e))?;
             if let Some(r) = found {
                 let other: Option<Address> = serde_json::from_slice(&r.value).ok();
                 if other.as_ref().is_some_and(|o| (o.host.as_str(), o.port) != (me.host.as_str(), me.port)) {
@@ -208,10 +203,7 @@ impl Coordinator {
                     ));
                 }
                 // Left by an earlier run of this process whose session has not expired yet.
-                self.meta
-                    .delete(KAFKA_PARTITION, &key)
-                    .await
-                    .map_err(|e| meta_error("registering the front end", e))?;
+                self.store.delete(&key).await.map_err(|e| meta_error("registering the front end", e))?;
             }
         }
         Err(ApiError::new(
@@ -230,7 +222,7 @@ impl Coordinator {
             Some((at, list)) if at.elapsed() < BROKERS_TTL => list,
             _ => {
                 let end = format!("{BROKER_PREFIX}\u{10FFFF}");
-                match self.meta.scan(KAFKA_PARTITION, BROKER_PREFIX, &end, Some(1000)).await {
+                match self.store.scan(BROKER_PREFIX, &end, Some(1000)).await {
                     Ok(records) => {
                         let list: Vec<Address> = records
                             .iter()
@@ -280,7 +272,7 @@ impl Coordinator {
     }
 
     /// This process's live session, opening one (and watching it end) if there is none.
-    async fn session(self: &Arc<Self>) -> ApiResult<Arc<dyn Session>> {
+    async fn session(self: &Arc<Self>) -> ApiResult<StateSession> {
         let mut slot = self.session.lock().await;
         if let Some(s) = slot.as_ref()
             && !s.is_ended()
@@ -288,7 +280,7 @@ impl Coordinator {
             return Ok(s.clone());
         }
         let session = self
-            .meta
+            .store
             .open_session(self.session_timeout)
             .await
             .map_err(|e| meta_error("opening the group coordinator's session", e))?;
@@ -340,11 +332,8 @@ impl Coordinator {
         }
         let key = coordinator_key(group);
         for _ in 0..3 {
-            let found = self
-                .meta
-                .get(KAFKA_PARTITION, &key)
-                .await
-                .map_err(|e| meta_error("finding the group's coordinator", e))?;
+            let found =
+                self.store.get(&key).await.map_err(|e| meta_error("finding the group's coordinator", e))?;
             let session = self.session().await?;
             if let Some(record) = found {
                 let address: Address = serde_json::from_slice(&record.value)
@@ -358,7 +347,7 @@ impl Coordinator {
             let me = self.me(&session);
             let value =
                 serde_json::to_vec(&me).map_err(|e| ApiError::new(ErrorKind::Internal, e.to_string()))?;
-            match session.create_ephemeral(KAFKA_PARTITION, &key, Bytes::from(value)).await {
+            match session.create_ephemeral(&key, Bytes::from(value)).await {
                 Ok(_) => {
                     tracing::info!(group, "coordinating the consumer group");
                     return self.load(group, &session).await.map(Location::Here);
@@ -375,13 +364,13 @@ impl Coordinator {
     }
 
     /// The group's state in this process, continuing from its record.
-    async fn load(&self, group: &str, session: &Arc<dyn Session>) -> ApiResult<Arc<Group>> {
+    async fn load(&self, group: &str, session: &StateSession) -> ApiResult<Arc<Group>> {
         if let Some(g) = self.local(group) {
             return Ok(g);
         }
         let record = self
-            .meta
-            .get(KAFKA_PARTITION, &record_key(group))
+            .store
+            .get(&record_key(group))
             .await
             .map_err(|e| meta_error("reading the group's record", e))?;
         let record = match record {
@@ -397,7 +386,7 @@ impl Coordinator {
         if let Some(g) = groups.get(group).filter(|g| !g.is_dead()) {
             return Ok(g.clone());
         }
-        let g = Group::start(group.to_owned(), session.id(), self.meta.clone(), self.initial_delay, record);
+        let g = Group::start(group.to_owned(), session.id(), self.store.clone(), self.initial_delay, record);
         groups.insert(group.to_owned(), g.clone());
         Ok(g)
     }
@@ -410,8 +399,8 @@ impl Coordinator {
         let mut out = Vec::new();
         loop {
             let page = self
-                .meta
-                .scan(KAFKA_PARTITION, &start, &end, Some(1000))
+                .store
+                .scan(&start, &end, Some(1000))
                 .await
                 .map_err(|e| meta_error("listing groups", e))?;
             for r in &page {
@@ -435,8 +424,8 @@ impl Coordinator {
         let mut out = HashMap::new();
         loop {
             let page = self
-                .meta
-                .scan(KAFKA_PARTITION, &start, &end, Some(1000))
+                .store
+                .scan(&start, &end, Some(1000))
                 .await
                 .map_err(|e| meta_error("listing the groups' coordinators", e))?;
             for r in &page {
@@ -471,14 +460,18 @@ mod tests {
     use super::*;
     use lakestream_meta::memory::InMemoryStore;
 
-    fn coordinator(meta: &Arc<dyn MetaStore>, node_id: i32) -> Arc<Coordinator> {
+    fn memory_store() -> StateStore {
+        StateStore::new(Arc::new(InMemoryStore::new()), "kafka").unwrap()
+    }
+
+    fn coordinator(meta: &StateStore, node_id: i32) -> Arc<Coordinator> {
         let address = ("127.0.0.1".to_owned(), 9000 + node_id);
         Coordinator::new(meta.clone(), node_id, address, Duration::from_secs(10), Duration::ZERO)
     }
 
     #[tokio::test]
     async fn one_process_coordinates_a_group_until_it_stops() {
-        let meta: Arc<dyn MetaStore> = Arc::new(InMemoryStore::new());
+        let meta: StateStore = memory_store();
         let (a, b) = (coordinator(&meta, 1), coordinator(&meta, 2));
         assert!(matches!(a.locate("g").await.unwrap(), Location::Here(_)));
         assert!(matches!(a.locate("g").await.unwrap(), Location::Here(_)));

@@ -39,12 +39,10 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use kafka_protocol::error::ResponseError;
-use lakestream_meta::{MetaError, MetaStore, PutCondition, Version};
+use lakestream_service::state::{PutCondition, StateError as MetaError, StateStore, Version};
 use serde::{Deserialize, Serialize};
 use tokio::sync::oneshot;
 use tokio::time::Instant;
-
-use crate::idempotence::KAFKA_PARTITION;
 
 /// How often a group checks its timeouts.
 const TICK: Duration = Duration::from_millis(100);
@@ -235,7 +233,7 @@ pub(crate) struct Group {
     pub id: String,
     /// The metadata-store session under which this process claimed the group.
     pub session_id: String,
-    meta: Arc<dyn MetaStore>,
+    store: StateStore,
     initial_delay: Duration,
     state: tokio::sync::Mutex<State>,
     dead: AtomicBool,
@@ -246,7 +244,7 @@ impl Group {
     pub fn start(
         id: String,
         session_id: String,
-        meta: Arc<dyn MetaStore>,
+        store: StateStore,
         initial_delay: Duration,
         record: Option<(GroupRecord, Version)>,
     ) -> Arc<Group> {
@@ -258,7 +256,7 @@ impl Group {
         let group = Arc::new(Group {
             id,
             session_id,
-            meta,
+            store,
             initial_delay,
             dead: AtomicBool::new(false),
             state: tokio::sync::Mutex::new(State {
@@ -563,7 +561,7 @@ impl Group {
             Some(v) => PutCondition::IfVersion(v),
             None => PutCondition::IfAbsent,
         };
-        match self.meta.put(KAFKA_PARTITION, &record_key(&self.id), Bytes::from(value), condition).await {
+        match self.store.put(&record_key(&self.id), Bytes::from(value), condition).await {
             Ok(written) => {
                 st.record_version = Some(written.version);
                 true
@@ -844,6 +842,10 @@ mod tests {
     use super::*;
     use lakestream_meta::memory::InMemoryStore;
 
+    fn memory_store() -> StateStore {
+        StateStore::new(Arc::new(InMemoryStore::new()), "kafka").unwrap()
+    }
+
     fn join(member_id: &str, protocols: &[(&str, &str)]) -> Join {
         Join {
             member_id: member_id.to_owned(),
@@ -859,7 +861,7 @@ mod tests {
     }
 
     fn group() -> Arc<Group> {
-        let meta: Arc<dyn MetaStore> = Arc::new(InMemoryStore::new());
+        let meta: StateStore = memory_store();
         Group::start("g".into(), "s".into(), meta, Duration::ZERO, None)
     }
 
@@ -928,7 +930,7 @@ mod tests {
 
     #[tokio::test]
     async fn members_joining_together_share_the_first_generation() {
-        let meta: Arc<dyn MetaStore> = Arc::new(InMemoryStore::new());
+        let meta: StateStore = memory_store();
         // A delay long enough for both to join before the first generation completes.
         let g = Group::start("g".into(), "s".into(), meta, Duration::from_millis(300), None);
         let a = g.join(join("", &[("range", "a")]), || "a".into()).await.member_id;
@@ -957,12 +959,10 @@ mod tests {
 
     #[tokio::test]
     async fn a_lost_record_race_gives_the_group_up() {
-        let meta: Arc<dyn MetaStore> = Arc::new(InMemoryStore::new());
+        let meta: StateStore = memory_store();
         let g = Group::start("g".into(), "s".into(), meta.clone(), Duration::ZERO, None);
         // Another process wrote the group's record meanwhile.
-        meta.put(KAFKA_PARTITION, &record_key("g"), Bytes::from_static(b"{}"), PutCondition::None)
-            .await
-            .unwrap();
+        meta.put(&record_key("g"), Bytes::from_static(b"{}"), PutCondition::None).await.unwrap();
         let id = g.join(join("", &[("range", "a")]), || "a".into()).await.member_id;
         let joined = g.join(join(&id, &[("range", "a")]), || unreachable!()).await;
         assert_eq!(joined.error, ResponseError::NotCoordinator.code());

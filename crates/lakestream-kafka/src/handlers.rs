@@ -354,7 +354,7 @@ impl Handler {
                 }
             };
             if let Some(p) = &producer
-                && !self.shared.epochs.admit(p)
+                && !self.api.admit_producer_epoch(p.id, p.epoch)
             {
                 let message = format!("producer {} epoch {} is older than one already seen", p.id, p.epoch);
                 let _ = q.reply.send(Err((ResponseError::InvalidProducerEpoch.code(), message)));
@@ -960,7 +960,7 @@ impl Handler {
         if let Err(e) = self.admit(Permission::Write) {
             return refuse(code_of(&e));
         }
-        match self.shared.producer_ids.allocate().await {
+        match self.api.new_producer_id().await {
             Ok(id) => {
                 InitProducerIdResponse::default().with_producer_id(ProducerId(id)).with_producer_epoch(0)
             }

@@ -4,9 +4,7 @@
 //! ## Vocabulary
 //!
 //! - **Producer id** (Kafka's `producerId`): an `i64` handed out by InitProducerId, unique
-//!   across every front-end process: each process takes blocks of [`ID_BLOCK`] ids from one
-//!   counter record in the metadata store (compare-and-set), as Kafka's brokers take blocks
-//!   from the controller.
+//!   across every front-end process (the service layer's `Api::new_producer_id`).
 //! - **Epoch** (`producerEpoch`): a producer bumps it itself (the Java client does after a
 //!   batch's outcome is lost), and then starts its sequences again at 0.
 //! - **Sequence** (`baseSequence`): per producer, epoch and partition, the number of a batch's
@@ -22,33 +20,11 @@
 //! last request is answered with its original offsets; an older sequence is
 //! `DUPLICATE_SEQUENCE_NUMBER` (its records were appended: clients count it a success); a
 //! gap is `OUT_OF_ORDER_SEQUENCE_NUMBER`. An epoch below the highest this process has seen
-//! for the producer id is `INVALID_PRODUCER_EPOCH`.
-//!
-//! ```text
-//! key (metadata partition `lakestream-kafka`)   value (JSON)
-//! /lakestream-kafka/producer-ids                {"v":1,"next":4000}   the next unallocated block
-//! ```
+//! for the producer id (the service layer's `Api::admit_producer_epoch`) is
+//! `INVALID_PRODUCER_EPOCH`.
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
-
-use bytes::Bytes;
-use lakestream_meta::{MetaError, MetaStore, PutCondition};
-use lakestream_service::api::{ApiError, ApiResult, ErrorKind};
+use lakestream_service::api::ApiResult;
 use lakestream_service::producers::{ProducerId, ProducerSequence};
-use serde::{Deserialize, Serialize};
-
-/// The metadata partition of the front end's own records.
-pub(crate) const KAFKA_PARTITION: &str = "lakestream-kafka";
-
-/// The producer-id counter's key.
-const ID_COUNTER_KEY: &str = "/lakestream-kafka/producer-ids";
-
-/// How many producer ids a process takes from the counter at once.
-pub(crate) const ID_BLOCK: i64 = 1000;
-
-/// How many times taking a block re-reads after losing a race.
-const ID_ATTEMPTS: usize = 16;
 
 /// A batch's producer: who sent it, in which epoch, and its first sequence.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -119,100 +95,10 @@ pub(crate) fn producer_of(records: &[u8]) -> Result<Option<BatchProducer>, Strin
     Ok(first)
 }
 
-/// The highest epoch this process has seen per producer id, to refuse batches of an older one
-/// (`INVALID_PRODUCER_EPOCH`). Per process: a client's requests go to the process it is
-/// connected to. Forgotten when it grows past [`MAX_EPOCHS`] (a fenced epoch is then only
-/// refused by sequence).
-#[derive(Debug, Default)]
-pub(crate) struct Epochs {
-    seen: Mutex<HashMap<i64, i16>>,
-}
-
-/// The most producer ids [`Epochs`] remembers.
-const MAX_EPOCHS: usize = 1 << 16;
-
-impl Epochs {
-    /// Records `producer`'s epoch; false when a higher one was seen (the batch is stale).
-    pub fn admit(&self, producer: &BatchProducer) -> bool {
-        let mut seen = self.seen.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        if let Some(&highest) = seen.get(&producer.id) {
-            if producer.epoch < highest {
-                return false;
-            }
-            if producer.epoch == highest {
-                return true;
-            }
-        }
-        if seen.len() >= MAX_EPOCHS {
-            seen.clear();
-        }
-        seen.insert(producer.id, producer.epoch);
-        true
-    }
-}
-
-#[derive(Debug, Serialize, Deserialize)]
-struct Counter {
-    v: u32,
-    next: i64,
-}
-
-/// Hands out producer ids, a block at a time from the counter record.
-#[derive(Debug)]
-pub(crate) struct ProducerIds {
-    meta: Arc<dyn MetaStore>,
-    /// The ids left in this process's block: `[next, end)`.
-    block: tokio::sync::Mutex<(i64, i64)>,
-}
-
-impl ProducerIds {
-    pub fn new(meta: Arc<dyn MetaStore>) -> Self {
-        ProducerIds { meta, block: tokio::sync::Mutex::new((0, 0)) }
-    }
-
-    /// A producer id no other call, in any process, gets.
-    pub async fn allocate(&self) -> ApiResult<i64> {
-        let mut block = self.block.lock().await;
-        if block.0 >= block.1 {
-            *block = self.take_block().await?;
-        }
-        let id = block.0;
-        block.0 += 1;
-        Ok(id)
-    }
-
-    async fn take_block(&self) -> ApiResult<(i64, i64)> {
-        let meta_error =
-            |e: MetaError| ApiError::new(ErrorKind::of_class(e.class()), format!("producer ids: {e}"));
-        for _ in 0..ID_ATTEMPTS {
-            let current = self.meta.get(KAFKA_PARTITION, ID_COUNTER_KEY).await.map_err(meta_error)?;
-            let (start, condition) = match &current {
-                None => (0, PutCondition::IfAbsent),
-                Some(record) => {
-                    let counter: Counter = serde_json::from_slice(&record.value).map_err(|e| {
-                        ApiError::new(ErrorKind::CorruptData, format!("{ID_COUNTER_KEY}: {e}"))
-                    })?;
-                    (counter.next, PutCondition::IfVersion(record.version))
-                }
-            };
-            let end = start
-                .checked_add(ID_BLOCK)
-                .ok_or_else(|| ApiError::new(ErrorKind::Internal, "producer ids are exhausted"))?;
-            let value = serde_json::to_vec(&Counter { v: 1, next: end })
-                .map_err(|e| ApiError::new(ErrorKind::Internal, e.to_string()))?;
-            match self.meta.put(KAFKA_PARTITION, ID_COUNTER_KEY, Bytes::from(value), condition).await {
-                Ok(_) => return Ok((start, end)),
-                Err(MetaError::VersionMismatch { .. } | MetaError::KeyExists { .. }) => continue,
-                Err(e) => return Err(meta_error(e)),
-            }
-        }
-        Err(ApiError::new(ErrorKind::Contended, "producer ids: lost every race for a block; retry"))
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use bytes::Bytes;
     use kafka_protocol::records::{
         Compression, Record, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
     };
@@ -258,27 +144,6 @@ mod tests {
             [batch(42, 3, 0, 5), batch(-1, -1, -1, 2)].concat(),
         ] {
             assert!(producer_of(&bad).is_err());
-        }
-    }
-
-    #[test]
-    fn older_epochs_are_refused() {
-        let epochs = Epochs::default();
-        let at = |epoch| BatchProducer { id: 7, epoch, base_sequence: 0 };
-        assert!(epochs.admit(&at(1)));
-        assert!(epochs.admit(&at(2)));
-        assert!(!epochs.admit(&at(1)));
-        assert!(epochs.admit(&at(2)));
-    }
-
-    #[tokio::test]
-    async fn producer_ids_are_unique_across_allocators() {
-        let meta: Arc<dyn MetaStore> = Arc::new(lakestream_meta::memory::InMemoryStore::new());
-        let (a, b) = (ProducerIds::new(meta.clone()), ProducerIds::new(meta));
-        let mut seen = std::collections::HashSet::new();
-        for _ in 0..(ID_BLOCK + 5) {
-            assert!(seen.insert(a.allocate().await.unwrap()));
-            assert!(seen.insert(b.allocate().await.unwrap()));
         }
     }
 }

@@ -55,8 +55,8 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use lakestream_meta::lease::{RandomTokens, TokenSource};
 use lakestream_service::api::Api;
+use lakestream_service::{RandomTokens, TokenSource};
 use tokio::net::TcpListener;
 
 pub use config::KafkaConfig;
@@ -83,28 +83,26 @@ pub(crate) struct Settings {
 /// What every connection of one front end shares besides its settings.
 #[derive(Debug)]
 pub(crate) struct Shared {
-    /// Producer ids for InitProducerId.
-    pub producer_ids: idempotence::ProducerIds,
-    /// The highest epoch seen per producer id.
-    pub epochs: idempotence::Epochs,
     /// The consumer groups this process coordinates.
     pub coordinator: Arc<coordinator::Coordinator>,
 }
 
+/// The name of this front end's own records in the metadata store (see
+/// `lakestream_service::state`): partition `lakestream-kafka`, keys under `/lakestream-kafka/`.
+pub(crate) const STATE_NAME: &str = "kafka";
+
 impl Shared {
-    fn new(api: &Api, settings: &Settings) -> Self {
-        let meta = api.stack().meta.clone();
-        Shared {
-            producer_ids: idempotence::ProducerIds::new(meta.clone()),
-            epochs: idempotence::Epochs::default(),
+    fn new(api: &Api, settings: &Settings) -> std::io::Result<Self> {
+        let store = api.front_end_state(STATE_NAME).map_err(std::io::Error::other)?;
+        Ok(Shared {
             coordinator: coordinator::Coordinator::new(
-                meta,
+                store,
                 settings.node_id,
                 (settings.advertised_host.clone(), settings.advertised_port),
                 settings.coordinator_session_timeout,
                 settings.group_initial_rebalance_delay,
             ),
-        }
+        })
     }
 }
 
@@ -180,7 +178,13 @@ impl KafkaFrontEnd {
     /// Serves Kafka clients over `api` until `shutdown` resolves; then stops accepting, lets
     /// each connection finish the request it is serving, and closes them.
     pub async fn serve(self, api: Api, shutdown: impl Future<Output = ()> + Send + 'static) {
-        let shared = Arc::new(Shared::new(&api, &self.settings));
+        let shared = match Shared::new(&api, &self.settings) {
+            Ok(shared) => Arc::new(shared),
+            Err(e) => {
+                tracing::error!(error = %e, "the Kafka front end cannot start");
+                return;
+            }
+        };
         shared.coordinator.start().await;
         conn::serve(self.listener, api, Arc::new(self.settings), shared.clone(), shutdown).await;
         // Hand the groups coordinated here to another process at once.

@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use base64::Engine as _;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use lakestream_format::kafka::{self as binding, NAMESPACE, TOPIC_ID_SEPARATOR};
-use lakestream_meta::lease::TokenSource;
+use lakestream_service::TokenSource;
 use lakestream_service::api::Stream;
 use lakestream_service::api::{Api, ApiError, ApiResult, ErrorKind};
 use uuid::Uuid;
@@ -153,7 +153,7 @@ pub(crate) async fn delete(api: &Api, topic: &Topic) -> ApiResult<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use lakestream_meta::lease::SeededTokens;
+    use lakestream_service::SeededTokens;
 
     #[test]
     fn topic_ids_follow_kafka_rules() {

@@ -6,10 +6,6 @@
 //! | POST | `/v1/namespaces/{ns}/streams/{stream}/events[?partition=p]` | ingest: binary, structured or batched mode |
 //! | GET | `…/streams/{stream}/partitions/{p}/events?offset=&max_bytes=&max_wait_ms=&mode=` | consume as CloudEvents |
 
-use std::sync::Arc;
-use std::sync::atomic::Ordering;
-use std::time::Duration;
-
 use axum::Router;
 use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode, header};
@@ -17,18 +13,17 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use bytes::Bytes;
 use lakestream_cloudevents::{CloudEvent, http as ce_http, json, proto};
-use lakestream_service::Stack;
-use lakestream_service::events::{
-    Consumed, EventStatus, EventsError, IngestOutcome, NEXT_OFFSET_HEADER, OFFSETS_HEADER, consume, ingest,
-};
-use lakestream_service::metrics::Metrics;
+use lakestream_service::api::{ApiError, ErrorKind, FetchParams, PartitionRef};
+use lakestream_service::events::{Consumed, NEXT_OFFSET_HEADER, OFFSETS_HEADER};
 use serde::Deserialize;
+
+use crate::http::{AppState, HttpError};
 
 /// Decodes the events of an HTTP ingest request: binary mode (`ce-` headers), structured
 /// mode or batched mode (JSON or protobuf event format). Refuses with
-/// [`EventsError::UnsupportedMediaType`] a request with neither a `ce-specversion` header
-/// nor a CloudEvents content type, or with an event format we do not read.
-pub fn decode_request(headers: &HeaderMap, body: &[u8]) -> Result<Vec<CloudEvent>, EventsError> {
+/// [`ErrorKind::UnsupportedMediaType`] a request with neither a `ce-specversion` header nor a
+/// CloudEvents content type, or with an event format we do not read.
+pub fn decode_request(headers: &HeaderMap, body: &[u8]) -> Result<Vec<CloudEvent>, ApiError> {
     let content_type =
         headers.get(header::CONTENT_TYPE).map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned());
     let essence = content_type
@@ -43,20 +38,16 @@ pub fn decode_request(headers: &HeaderMap, body: &[u8]) -> Result<Vec<CloudEvent
         ce_http::Mode::Batch => match essence.as_str() {
             json::BATCH_MEDIA_TYPE => Ok(json::decode_batch(body)?),
             proto::BATCH_MEDIA_TYPE => Ok(proto::decode_batch(body)?),
-            other => Err(EventsError::UnsupportedMediaType(format!(
-                "unsupported CloudEvents batch format {other:?}"
-            ))),
+            other => Err(unsupported(format!("unsupported CloudEvents batch format {other:?}"))),
         },
         ce_http::Mode::Structured => match essence.as_str() {
             json::MEDIA_TYPE => Ok(vec![json::decode_event(body)?]),
             proto::MEDIA_TYPE => Ok(vec![proto::decode_event(body)?]),
-            other => Err(EventsError::UnsupportedMediaType(format!(
-                "unsupported CloudEvents event format {other:?}"
-            ))),
+            other => Err(unsupported(format!("unsupported CloudEvents event format {other:?}"))),
         },
         ce_http::Mode::Binary => {
             if !headers.contains_key("ce-specversion") {
-                return Err(EventsError::UnsupportedMediaType(format!(
+                return Err(unsupported(format!(
                     "not a CloudEvent: no ce-specversion header and content type {:?} is not application/cloudevents[-batch]+json",
                     content_type.unwrap_or_default()
                 )));
@@ -67,44 +58,16 @@ pub fn decode_request(headers: &HeaderMap, body: &[u8]) -> Result<Vec<CloudEvent
     }
 }
 
-/// The events endpoints' state: the stack, the service's metrics and the longest fetch wait.
-#[derive(Debug, Clone)]
-struct EventsState {
-    stack: Stack,
-    metrics: Arc<Metrics>,
-    max_fetch_wait: Duration,
+fn unsupported(message: String) -> ApiError {
+    ApiError::new(ErrorKind::UnsupportedMediaType, message)
 }
 
-/// The events routes over `api`, with their own state, to merge into the API's router before
-/// its layers (so authorization and the body limit apply). `max_fetch_wait` bounds a
-/// consume's `max_wait_ms`.
-pub fn routes<S: Clone + Send + Sync + 'static>(
-    api: &lakestream_service::Api,
-    max_fetch_wait: Duration,
-) -> Router<S> {
-    let state = EventsState { stack: api.stack().clone(), metrics: api.metrics().clone(), max_fetch_wait };
+/// The events routes, to merge into the API's router before its layers (so authorization and
+/// the body limit apply).
+pub(crate) fn routes() -> Router<AppState> {
     Router::new()
         .route("/v1/namespaces/{ns}/streams/{stream}/events", post(ingest_handler))
         .route("/v1/namespaces/{ns}/streams/{stream}/partitions/{p}/events", get(consume_handler))
-        .with_state(state)
-}
-
-/// An error answer, in the API's shape `{"error": {"code", "message"[, "attribute"]}}`, with
-/// the status of the API's one error table ([`lakestream_service::api::ErrorKind`]).
-fn error_response(e: &EventsError) -> Response {
-    let kind = e.kind();
-    let mut error = serde_json::json!({ "code": kind.code(), "message": e.to_string() });
-    if let EventsError::Event(ce) = e
-        && let Some(attribute) = ce.attribute_name()
-    {
-        error["attribute"] = serde_json::Value::String(attribute.to_string());
-    }
-    let mut response =
-        (kind.http_status(), axum::Json(serde_json::json!({ "error": error }))).into_response();
-    if let Some(secs) = kind.retry_after_secs() {
-        response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(secs));
-    }
-    response
 }
 
 #[derive(Debug, Deserialize)]
@@ -114,53 +77,23 @@ struct IngestQuery {
 }
 
 async fn ingest_handler(
-    State(s): State<EventsState>,
+    State(s): State<AppState>,
     Path((ns, stream)): Path<(String, String)>,
     query: Result<Query<IngestQuery>, axum::extract::rejection::QueryRejection>,
     headers: HeaderMap,
     body: Bytes,
-) -> Response {
-    let run = async {
-        let Query(query) = query.map_err(|e| EventsError::InvalidArgument(e.body_text()))?;
-        let partition = query
-            .partition
-            .map(|p| {
-                p.parse::<u32>().map_err(|_| {
-                    EventsError::InvalidArgument(format!("partition: {p:?} is not a non-negative integer"))
-                })
-            })
-            .transpose()?;
-        let events = decode_request(&headers, &body)?;
-        ingest(&s.stack, &ns, &stream, partition, events).await
-    };
-    match run.await {
-        Ok(IngestOutcome::Done(results)) => {
-            for result in &results {
-                let counter = match result.status {
-                    EventStatus::Appended => &s.metrics.events_ingested,
-                    EventStatus::Duplicate => &s.metrics.events_duplicate,
-                };
-                counter.fetch_add(1, Ordering::Relaxed);
-            }
-            (StatusCode::OK, axum::Json(serde_json::json!({ "events": results }))).into_response()
-        }
-        Ok(IngestOutcome::InFlight { index, retry_after }) => {
-            // (`http_errors` counts the 409 in the request layer, like every error answer.)
-            s.metrics.events_in_flight.fetch_add(1, Ordering::Relaxed);
-            let body = serde_json::json!({ "error": {
-                "code": "in_flight",
-                "message": format!("event {index} of the request is being appended by another request; retry the whole request"),
-                "index": index,
-            }});
-            let mut response = (StatusCode::CONFLICT, axum::Json(body)).into_response();
-            let seconds = retry_after.as_secs().max(1).to_string();
-            if let Ok(value) = HeaderValue::from_str(&seconds) {
-                response.headers_mut().insert(header::RETRY_AFTER, value);
-            }
-            response
-        }
-        Err(e) => error_response(&e),
-    }
+) -> Result<Response, HttpError> {
+    let Query(query) = query.map_err(|e| ApiError::invalid(e.body_text()))?;
+    let partition = query
+        .partition
+        .map(|p| {
+            p.parse::<u32>()
+                .map_err(|_| ApiError::invalid(format!("partition: {p:?} is not a non-negative integer")))
+        })
+        .transpose()?;
+    let events = decode_request(&headers, &body)?;
+    let results = s.api().ingest_events(&ns, &stream, partition, events).await?;
+    Ok((StatusCode::OK, axum::Json(serde_json::json!({ "events": results }))).into_response())
 }
 
 #[derive(Debug, Deserialize)]
@@ -183,36 +116,21 @@ enum ConsumeMode {
     Binary,
 }
 
-const DEFAULT_FETCH_BYTES: usize = 1 << 20;
-
 async fn consume_handler(
-    State(s): State<EventsState>,
+    State(s): State<AppState>,
     Path((ns, stream, p)): Path<(String, String, String)>,
     query: Result<Query<ConsumeQuery>, axum::extract::rejection::QueryRejection>,
-) -> Response {
-    let run = async {
-        let Query(q) = query.map_err(|e| EventsError::InvalidArgument(e.body_text()))?;
-        let partition: u32 = p.parse().map_err(|_| {
-            EventsError::InvalidArgument(format!("partition {p:?} is not a non-negative integer"))
-        })?;
-        let wait = Duration::from_millis(q.max_wait_ms);
-        if wait > s.max_fetch_wait {
-            return Err(EventsError::InvalidArgument(format!(
-                "max_wait_ms: at most {} ms",
-                s.max_fetch_wait.as_millis()
-            )));
-        }
-        let max_bytes = q.max_bytes.unwrap_or(DEFAULT_FETCH_BYTES);
-        let consumed = consume(&s.stack, &ns, &stream, partition, q.offset, max_bytes, wait).await?;
-        Ok((q.mode, consumed))
-    };
-    match run.await {
-        Ok((ConsumeMode::Structured, consumed)) => structured_response(&consumed),
-        Ok((ConsumeMode::Binary, consumed)) => {
-            binary_response(&consumed).unwrap_or_else(|e| error_response(&e))
-        }
-        Err(e) => error_response(&e),
-    }
+) -> Result<Response, HttpError> {
+    let Query(q) = query.map_err(|e| ApiError::invalid(e.body_text()))?;
+    let partition: usize =
+        p.parse().map_err(|_| ApiError::invalid(format!("partition {p:?} is not a non-negative integer")))?;
+    let target = PartitionRef { namespace: &ns, stream: &stream, partition };
+    let params = FetchParams { offset: q.offset, max_bytes: q.max_bytes, max_wait_ms: q.max_wait_ms };
+    let consumed = s.api().consume_events(target, params).await?;
+    Ok(match q.mode {
+        ConsumeMode::Structured => structured_response(&consumed),
+        ConsumeMode::Binary => binary_response(&consumed)?,
+    })
 }
 
 fn structured_response(consumed: &Consumed) -> Response {
@@ -227,7 +145,7 @@ fn structured_response(consumed: &Consumed) -> Response {
 }
 
 /// One event as one binary-mode message; 204 with the next offset when there is none.
-fn binary_response(consumed: &Consumed) -> Result<Response, EventsError> {
+fn binary_response(consumed: &Consumed) -> Result<Response, ApiError> {
     let Some(first) = consumed.events.first() else {
         let mut response = StatusCode::NO_CONTENT.into_response();
         insert(response.headers_mut(), NEXT_OFFSET_HEADER, &consumed.next_offset.to_string());
@@ -238,12 +156,10 @@ fn binary_response(consumed: &Consumed) -> Result<Response, EventsError> {
     let h = response.headers_mut();
     h.remove(header::CONTENT_TYPE);
     for (name, value) in headers {
-        let name = HeaderName::from_bytes(name.as_bytes()).map_err(|e| {
-            EventsError::InvalidArgument(format!("attribute {name}: not a valid header name ({e})"))
-        })?;
-        let value = HeaderValue::from_str(&value).map_err(|e| {
-            EventsError::InvalidArgument(format!("attribute {name}: not a valid header value ({e})"))
-        })?;
+        let name = HeaderName::from_bytes(name.as_bytes())
+            .map_err(|e| ApiError::invalid(format!("attribute {name}: not a valid header name ({e})")))?;
+        let value = HeaderValue::from_str(&value)
+            .map_err(|e| ApiError::invalid(format!("attribute {name}: not a valid header value ({e})")))?;
         h.append(name, value);
     }
     insert(h, NEXT_OFFSET_HEADER, &first.next_offset.to_string());

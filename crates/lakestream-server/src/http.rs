@@ -80,7 +80,7 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/namespaces/{ns}/groups", get(list_groups))
         .route("/v1/namespaces/{ns}/groups/{group}/streams/{stream}", get(group_offsets))
         .route("/v1/namespaces/{ns}/groups/{group}/streams/{stream}/partitions/{p}", put(commit_offset))
-        .merge(crate::events::routes(&state.api, state.config.max_fetch_wait))
+        .merge(crate::events::routes())
         // After routing, so that `authorize` sees the matched route and its decoded parameters.
         .route_layer(axum::middleware::from_fn_with_state(state.clone(), authorize))
         .layer(DefaultBodyLimit::max(body_limit))
@@ -211,10 +211,18 @@ impl IntoHttp for ApiError {
         if let Some(next) = self.next_offset() {
             error["next_offset"] = serde_json::json!(next);
         }
+        if let Some(attribute) = self.attribute() {
+            error["attribute"] = serde_json::json!(attribute);
+        }
+        if let Some(index) = self.event_index() {
+            error["index"] = serde_json::json!(index);
+        }
         let body = serde_json::json!({ "error": error });
         let mut response = (status, axum::Json(body)).into_response();
-        if status == StatusCode::SERVICE_UNAVAILABLE || status == StatusCode::TOO_MANY_REQUESTS {
-            let secs = self.kind().retry_after_secs().unwrap_or(1);
+        // Every 503 and 429 says when to come back, as does a kind worth retrying after a pause.
+        let pause =
+            [StatusCode::SERVICE_UNAVAILABLE, StatusCode::TOO_MANY_REQUESTS].contains(&status).then_some(1);
+        if let Some(secs) = self.retry_after_secs().or(pause) {
             response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(secs));
         }
         if self.kind() == ErrorKind::Unauthenticated {

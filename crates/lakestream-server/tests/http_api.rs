@@ -6,7 +6,7 @@ use std::time::Duration;
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD as BASE64;
 use http::StatusCode;
-use lakestream_service::Stack;
+use lakestream_service::testkit::Stack;
 use serde_json::{Value, json};
 use support::TestConfig;
 

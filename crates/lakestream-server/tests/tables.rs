@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use http::StatusCode;
 use lakestream_iceberg::StreamRef;
-use lakestream_service::Stack;
+use lakestream_service::testkit::Stack;
 use serde_json::{Value, json};
 use support::TestConfig;
 

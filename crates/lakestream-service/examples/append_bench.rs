@@ -2,7 +2,7 @@
 //! measured in the same run as the baseline.
 //!
 //! ```text
-//! cargo run --release -p lakestream-service --example append_bench -- \
+//! cargo run --release -p lakestream-service --features testkit --example append_bench -- \
 //!     [--store local|s3] [--logs 16] [--entry-bytes 65536] [--window-ms 10] \
 //!     [--producers 512] [--seconds 5]
 //! ```
@@ -18,8 +18,9 @@ use futures_free::join_all;
 use lakestream_format::LogId;
 use lakestream_objstore::{ObjectPath, ObjectPrefix, ObjectStore};
 use lakestream_objstore_s3::S3Config;
+use lakestream_service::ServiceConfig;
 use lakestream_service::config::{MetadataConfig, ObjectStoreConfig};
-use lakestream_service::{ServiceConfig, Stack};
+use lakestream_service::testkit::Stack;
 
 mod futures_free {
     /// Awaits every handle, in order.

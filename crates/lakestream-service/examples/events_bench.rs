@@ -2,7 +2,7 @@
 //! measured in the same run on the same stack: the ledger's cost as a ratio.
 //!
 //! ```text
-//! cargo run --release -p lakestream-service --example events_bench -- \
+//! cargo run --release -p lakestream-service --features testkit --example events_bench -- \
 //!     [--meta embedded|memory] [--partitions 4] [--batch 10] [--producers 64] [--seconds 5]
 //! ```
 //! Both paths encode each request's events as one Kafka record batch per partition and append
@@ -17,9 +17,9 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use lakestream_cloudevents::{CloudEvent, json, kafka};
+use lakestream_service::ServiceConfig;
 use lakestream_service::config::MetadataConfig;
-use lakestream_service::events::{self, IngestOutcome};
-use lakestream_service::{ServiceConfig, Stack};
+use lakestream_service::testkit::Stack;
 
 struct Args {
     meta: String,
@@ -132,16 +132,13 @@ async fn main() -> Result<(), String> {
     })
     .await;
 
-    // The deduplicated path: events::ingest, as the HTTP and gRPC APIs call it.
-    let dedup_stack = stack.clone();
+    // The deduplicated path: `Api::ingest_events`, as the HTTP and gRPC APIs call it.
+    let dedup_api = lakestream_service::Api::over_stack(stack.clone(), std::time::Duration::from_secs(30));
     let dedup = measure(&args, move |producer, request| {
-        let stack = dedup_stack.clone();
+        let api = dedup_api.clone();
         async move {
             let events = request_events(producer, request, batch, "dedup");
-            match events::ingest(&stack, "default", "bench", None, events).await.expect("ingest") {
-                IngestOutcome::Done(results) => results.len(),
-                IngestOutcome::InFlight { .. } => panic!("unique events cannot be in flight"),
-            }
+            api.ingest_events("default", "bench", None, events).await.expect("ingest").len()
         }
     })
     .await;

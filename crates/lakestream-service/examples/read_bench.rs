@@ -2,7 +2,7 @@
 //! measured in the same run as the baseline.
 //!
 //! ```text
-//! cargo run --release -p lakestream-service --example read_bench -- \
+//! cargo run --release -p lakestream-service --features testkit --example read_bench -- \
 //!     [--store local|s3] [--logs 8] [--entry-bytes 65536] [--mib 256]
 //! ```
 //! `--store s3` uses the LAKESTREAM_TEST_S3_* variables. Metadata is the embedded store.
@@ -16,8 +16,9 @@ use lakestream_format::LogRef;
 use lakestream_objstore::ObjectPrefix;
 use lakestream_objstore_s3::S3Config;
 use lakestream_reader::{Reader, ReaderConfig, ReaderDeps, WalReadMode};
+use lakestream_service::ServiceConfig;
 use lakestream_service::config::{MetadataConfig, ObjectStoreConfig};
-use lakestream_service::{ServiceConfig, Stack};
+use lakestream_service::testkit::Stack;
 
 fn arg(name: &str, default: &str) -> String {
     let argv: Vec<String> = std::env::args().collect();

@@ -6,6 +6,9 @@
 //! [`ErrorKind`] is the one place that maps an error to its HTTP status, its gRPC code and
 //! its stable machine-readable code:
 //!
+//! The Kafka front end answers each kind with [`ErrorKind::kafka_code`] where no
+//! request-specific code applies.
+//!
 //! | kind | HTTP | gRPC | code |
 //! |---|---|---|---|
 //! | invalid argument (names the field) | 400 | `INVALID_ARGUMENT` | `invalid_argument` |
@@ -15,6 +18,7 @@
 //! | already exists | 409 | `ALREADY_EXISTS` | `conflict` |
 //! | conflict: fenced log, dropped stream | 409 | `FAILED_PRECONDITION` | `conflict` |
 //! | contended (a lost race; retry) | 409 | `ABORTED` | `conflict` |
+//! | in flight (a CloudEvent another request is appending; retry after a pause) | 409 + `Retry-After` | `ABORTED` + `retry-after` | `in_flight` |
 //! | out of sequence (an idempotent producer's gap or stale sequence) | 409 | `FAILED_PRECONDITION` | `out_of_sequence` |
 //! | precondition failed (a conditional append's expected next offset) | 412 | `FAILED_PRECONDITION` | `precondition_failed` |
 //! | too large | 413 | `RESOURCE_EXHAUSTED` | `too_large` |
@@ -65,6 +69,9 @@ pub enum ErrorKind {
     Conflict,
     /// A lost race with a concurrent change; retrying may succeed.
     Contended,
+    /// A CloudEvent of the request is being appended by another request (its deduplication
+    /// claim is live); nothing was appended. Retrying the whole request after a pause is safe.
+    InFlight,
     /// An idempotent producer's sequence number is not the next one (a gap), or is an old
     /// one whose offsets are no longer kept. Nothing was written.
     OutOfSequence,
@@ -106,6 +113,7 @@ impl ErrorKind {
             ErrorKind::AlreadyExists
             | ErrorKind::Conflict
             | ErrorKind::Contended
+            | ErrorKind::InFlight
             | ErrorKind::OutOfSequence => StatusCode::CONFLICT,
             ErrorKind::PreconditionFailed => StatusCode::PRECONDITION_FAILED,
             ErrorKind::TooLarge => StatusCode::PAYLOAD_TOO_LARGE,
@@ -133,7 +141,7 @@ impl ErrorKind {
             ErrorKind::Conflict | ErrorKind::OutOfSequence | ErrorKind::PreconditionFailed => {
                 tonic::Code::FailedPrecondition
             }
-            ErrorKind::Contended => tonic::Code::Aborted,
+            ErrorKind::Contended | ErrorKind::InFlight => tonic::Code::Aborted,
             ErrorKind::TooLarge | ErrorKind::RateLimited => tonic::Code::ResourceExhausted,
             ErrorKind::RoleNotServed | ErrorKind::NotImplemented => tonic::Code::Unimplemented,
             ErrorKind::Backpressure | ErrorKind::Unavailable | ErrorKind::NotReady => {
@@ -153,6 +161,7 @@ impl ErrorKind {
             ErrorKind::PermissionDenied => "permission_denied",
             ErrorKind::NotFound => "not_found",
             ErrorKind::AlreadyExists | ErrorKind::Conflict | ErrorKind::Contended => "conflict",
+            ErrorKind::InFlight => "in_flight",
             ErrorKind::OutOfSequence => "out_of_sequence",
             ErrorKind::PreconditionFailed => "precondition_failed",
             ErrorKind::TooLarge => "too_large",
@@ -169,10 +178,55 @@ impl ErrorKind {
         }
     }
 
+    /// The Kafka protocol's error code (as the Kafka front end answers the kind where no
+    /// request-specific code applies). Kafka clients retry the retriable ones by themselves:
+    /// `KAFKA_STORAGE_ERROR` for a pause, `REQUEST_TIMED_OUT` for "may have been written".
+    pub fn kafka_code(self) -> i16 {
+        /// The Kafka error codes the table uses (Kafka's `Errors` enum).
+        mod kafka {
+            pub const UNKNOWN_SERVER_ERROR: i16 = -1;
+            pub const CORRUPT_MESSAGE: i16 = 2;
+            pub const UNKNOWN_TOPIC_OR_PARTITION: i16 = 3;
+            pub const REQUEST_TIMED_OUT: i16 = 7;
+            pub const MESSAGE_TOO_LARGE: i16 = 10;
+            pub const TOPIC_AUTHORIZATION_FAILED: i16 = 29;
+            pub const TOPIC_ALREADY_EXISTS: i16 = 36;
+            pub const INVALID_REQUEST: i16 = 42;
+            pub const OUT_OF_ORDER_SEQUENCE_NUMBER: i16 = 45;
+            pub const KAFKA_STORAGE_ERROR: i16 = 56;
+            pub const THROTTLING_QUOTA_EXCEEDED: i16 = 89;
+        }
+        match self {
+            ErrorKind::InvalidArgument | ErrorKind::UnsupportedMediaType => kafka::INVALID_REQUEST,
+            // Kafka clients carry no bearer tokens: a deployment with tokens refuses them.
+            ErrorKind::Unauthenticated | ErrorKind::PermissionDenied => kafka::TOPIC_AUTHORIZATION_FAILED,
+            ErrorKind::NotFound | ErrorKind::Conflict => kafka::UNKNOWN_TOPIC_OR_PARTITION,
+            ErrorKind::AlreadyExists => kafka::TOPIC_ALREADY_EXISTS,
+            ErrorKind::TooLarge => kafka::MESSAGE_TOO_LARGE,
+            ErrorKind::RateLimited => kafka::THROTTLING_QUOTA_EXCEEDED,
+            ErrorKind::Contended
+            | ErrorKind::InFlight
+            | ErrorKind::Backpressure
+            | ErrorKind::Unavailable
+            | ErrorKind::NotReady => kafka::KAFKA_STORAGE_ERROR,
+            ErrorKind::OutcomeUnknown => kafka::REQUEST_TIMED_OUT,
+            ErrorKind::CorruptData => kafka::CORRUPT_MESSAGE,
+            ErrorKind::OutOfSequence => kafka::OUT_OF_ORDER_SEQUENCE_NUMBER,
+            // A conditional append whose expected offset no longer holds.
+            ErrorKind::PreconditionFailed => kafka::INVALID_REQUEST,
+            ErrorKind::RoleNotServed | ErrorKind::NotImplemented | ErrorKind::Internal => {
+                kafka::UNKNOWN_SERVER_ERROR
+            }
+        }
+    }
+
     /// Seconds a client should wait before retrying, for the kinds worth retrying as is.
     pub fn retry_after_secs(self) -> Option<u32> {
         match self {
-            ErrorKind::Backpressure | ErrorKind::Unavailable | ErrorKind::RateLimited => Some(1),
+            ErrorKind::Backpressure
+            | ErrorKind::Unavailable
+            | ErrorKind::RateLimited
+            | ErrorKind::InFlight => Some(1),
             _ => None,
         }
     }
@@ -191,14 +245,18 @@ impl ErrorKind {
     }
 }
 
-/// An operation's failure: its kind and a message naming what was wrong.
+/// An operation's failure: its kind, a message naming what was wrong, and the details some
+/// kinds carry.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ApiError {
     kind: ErrorKind,
-    message: String,
+    pub(crate) message: String,
     next_offset: Option<u64>,
     next_sequence: Option<u64>,
     unknown_producer: bool,
+    attribute: Option<String>,
+    pub(crate) event_index: Option<usize>,
+    pub(crate) retry_after: Option<Duration>,
 }
 
 impl ApiError {
@@ -210,6 +268,29 @@ impl ApiError {
             next_offset: None,
             next_sequence: None,
             unknown_producer: false,
+            attribute: None,
+            event_index: None,
+            retry_after: None,
+        }
+    }
+
+    /// The CloudEvents attribute an invalid event broke a rule of (HTTP `error.attribute`).
+    pub fn attribute(&self) -> Option<&str> {
+        self.attribute.as_deref()
+    }
+
+    /// The request index of the event an [`ErrorKind::InFlight`] request found in flight
+    /// (HTTP `error.index`).
+    pub fn event_index(&self) -> Option<usize> {
+        self.event_index
+    }
+
+    /// Whole seconds a client should wait before retrying, for the kinds worth retrying as
+    /// is: the error's own hint when it has one (at least 1), else the kind's.
+    pub fn retry_after_secs(&self) -> Option<u64> {
+        match self.retry_after {
+            Some(wait) => Some(wait.as_secs().max(1)),
+            None => self.kind.retry_after_secs().map(u64::from),
         }
     }
 
@@ -317,6 +398,20 @@ impl From<AppendError> for ApiError {
 
 impl From<ReadError> for ApiError {
     fn from(e: ReadError) -> Self {
+        Self::new(ErrorKind::of_class(e.class()), e.to_string())
+    }
+}
+
+impl From<lakestream_cloudevents::CeError> for ApiError {
+    fn from(e: lakestream_cloudevents::CeError) -> Self {
+        let mut error = Self::new(ErrorKind::of_class(e.class()), e.to_string());
+        error.attribute = e.attribute_name().map(str::to_owned);
+        error
+    }
+}
+
+impl From<lakestream_cloudevents::ledger::LedgerError> for ApiError {
+    fn from(e: lakestream_cloudevents::ledger::LedgerError) -> Self {
         Self::new(ErrorKind::of_class(e.class()), e.to_string())
     }
 }
@@ -433,14 +528,18 @@ pub struct FetchParams {
 /// record into.
 #[derive(Debug, Clone)]
 pub struct Api {
-    stack: Stack,
-    metrics: Arc<Metrics>,
+    pub(crate) stack: Stack,
+    pub(crate) metrics: Arc<Metrics>,
     max_fetch_wait: Duration,
     /// Set when a graceful shutdown starts: readiness fails from then on.
     draining: Arc<std::sync::atomic::AtomicBool>,
     /// Requests of one idempotent producer to one partition run one at a time in a process:
     /// each takes the lock its (log, producer) hashes to.
     producer_locks: Arc<Vec<tokio::sync::Mutex<()>>>,
+    /// Kafka producer ids, a block at a time from the metadata store.
+    producer_ids: Arc<producers::ids::ProducerIds>,
+    /// The highest epoch seen per Kafka producer id.
+    producer_epochs: Arc<producers::ids::Epochs>,
 }
 
 /// How many locks the idempotent producers' requests share.
@@ -454,14 +553,54 @@ const READINESS_PROBE_PREFIX: &str = "lakestream-readyz-probe/";
 
 impl Api {
     /// The operations over `stack`; fetches may wait at most `max_fetch_wait`.
-    pub fn new(stack: Stack, metrics: Arc<Metrics>, max_fetch_wait: Duration) -> Self {
+    pub(crate) fn new(stack: Stack, metrics: Arc<Metrics>, max_fetch_wait: Duration) -> Self {
         let producer_locks = Arc::new((0..PRODUCER_LOCKS).map(|_| tokio::sync::Mutex::new(())).collect());
-        Api { stack, metrics, max_fetch_wait, draining: Arc::default(), producer_locks }
+        let producer_ids = Arc::new(producers::ids::ProducerIds::new(stack.meta.clone()));
+        Api {
+            stack,
+            metrics,
+            max_fetch_wait,
+            draining: Arc::default(),
+            producer_locks,
+            producer_ids,
+            producer_epochs: Arc::default(),
+        }
     }
 
-    /// The stack.
+    /// The operations over `stack`, with metrics of their own (for benchmarks that drive a
+    /// stack they opened).
+    #[cfg(feature = "testkit")]
+    pub fn over_stack(stack: Stack, max_fetch_wait: Duration) -> Self {
+        Api::new(stack, Arc::new(Metrics::default()), max_fetch_wait)
+    }
+
+    /// The wiring behind the operations: for tests and benchmarks that check what lies behind
+    /// the API. Front ends never reach it (only the `testkit` feature exposes it).
+    #[cfg(feature = "testkit")]
     pub fn stack(&self) -> &Stack {
         &self.stack
+    }
+
+    /// The records of the front end `name` (see [`crate::state`]): the only metadata a front
+    /// end reaches other than through the operations.
+    pub fn front_end_state(&self, name: &str) -> ApiResult<crate::state::StateStore> {
+        crate::state::StateStore::new(self.stack.meta.clone(), name)
+    }
+
+    /// A new Kafka producer id (InitProducerId), unique across every process of the deployment.
+    pub async fn new_producer_id(&self) -> ApiResult<i64> {
+        self.producer_ids.allocate().await
+    }
+
+    /// Whether a batch of Kafka producer `id` at `epoch` may be appended: false when this
+    /// process has seen a higher epoch of the id (the producer was fenced by a newer one).
+    pub fn admit_producer_epoch(&self, id: i64, epoch: i16) -> bool {
+        self.producer_epochs.admit(id, epoch)
+    }
+
+    /// Closes the writer: pending appends are published and leases released.
+    pub(crate) async fn close(&self) {
+        self.stack.close().await;
     }
 
     /// The metrics.
@@ -743,13 +882,13 @@ impl Api {
         }
     }
 
-    fn writer(&self) -> ApiResult<&Writer> {
+    pub(crate) fn writer(&self) -> ApiResult<&Writer> {
         self.stack.writer.as_ref().ok_or_else(|| {
             ApiError::new(ErrorKind::RoleNotServed, "this process does not serve the writer role")
         })
     }
 
-    fn reader(&self) -> ApiResult<&Reader> {
+    pub(crate) fn reader(&self) -> ApiResult<&Reader> {
         self.stack.reader.as_ref().ok_or_else(|| {
             ApiError::new(ErrorKind::RoleNotServed, "this process does not serve the reader role")
         })
@@ -976,6 +1115,16 @@ impl Api {
     pub async fn fetch(&self, target: PartitionRef<'_>, params: FetchParams) -> ApiResult<ReadBatch> {
         let log = self.log_of(target).await?;
         let r = self.reader()?;
+        let (max_bytes, wait) = self.fetch_limits(&params)?;
+        let started = Instant::now();
+        let batch = r.read(&log, params.offset, max_bytes, wait).await?;
+        self.metrics.record_fetch(&batch, started);
+        Ok(batch)
+    }
+
+    /// A fetch's byte budget (default [`DEFAULT_FETCH_BYTES`], at least 1) and wait (at most
+    /// the service's `max_fetch_wait`).
+    pub(crate) fn fetch_limits(&self, params: &FetchParams) -> ApiResult<(usize, Duration)> {
         let max_bytes = params.max_bytes.unwrap_or(DEFAULT_FETCH_BYTES);
         if max_bytes == 0 {
             return Err(ApiError::invalid("max_bytes: must be at least 1"));
@@ -987,14 +1136,7 @@ impl Api {
                 self.max_fetch_wait.as_millis()
             )));
         }
-        let started = Instant::now();
-        let batch = r.read(&log, params.offset, max_bytes, wait).await?;
-        let m = &self.metrics;
-        m.fetch_latency.observe(started.elapsed());
-        m.fetched_entries.fetch_add(batch.entries.len() as u64, Ordering::Relaxed);
-        let bytes: usize = batch.entries.iter().map(|e| e.payload.len()).sum();
-        m.fetched_bytes.fetch_add(bytes as u64, Ordering::Relaxed);
-        Ok(batch)
+        Ok((max_bytes, wait))
     }
 
     /// A read session: batches of whole entries of a partition from `offset`, each at most
@@ -1034,11 +1176,7 @@ impl Api {
                     match reader.read(&log, offset, max_bytes, wait).await {
                         Ok(batch) if batch.entries.is_empty() => offset = batch.next_offset.max(offset),
                         Ok(batch) => {
-                            let m = &api.metrics;
-                            m.fetch_latency.observe(started.elapsed());
-                            m.fetched_entries.fetch_add(batch.entries.len() as u64, Ordering::Relaxed);
-                            let bytes: usize = batch.entries.iter().map(|e| e.payload.len()).sum();
-                            m.fetched_bytes.fetch_add(bytes as u64, Ordering::Relaxed);
+                            api.metrics.record_fetch(&batch, started);
                             let next = batch.next_offset;
                             return Some((Ok(batch), Some(next)));
                         }
@@ -1190,21 +1328,8 @@ fn outcomes_of(
 ) -> ApiResult<Vec<EntryOutcome>> {
     let mut outcomes = Vec::with_capacity(results.len());
     for (result, len) in results.into_iter().zip(lens) {
-        outcomes.push(match result {
-            Ok(ack) => {
-                m.appended_entries.fetch_add(1, Ordering::Relaxed);
-                m.appended_bytes.fetch_add(len as u64, Ordering::Relaxed);
-                m.append_latency.observe(started.elapsed());
-                Ok(ack)
-            }
-            Err(e) => {
-                m.append_errors.fetch_add(1, Ordering::Relaxed);
-                if e.class() == ErrorClass::OutcomeUnknown {
-                    m.append_unknown.fetch_add(1, Ordering::Relaxed);
-                }
-                Err(EntryError { class: e.class(), error: e.into() })
-            }
-        });
+        m.record_append(&result, len, started);
+        outcomes.push(result.map_err(|e| EntryError { class: e.class(), error: e.into() }));
     }
     if outcomes.iter().all(Result::is_err)
         && let Some(Err(first)) = outcomes.first()
@@ -1262,6 +1387,7 @@ mod tests {
             ErrorKind::CorruptData,
             ErrorKind::Internal,
             ErrorKind::RateLimited,
+            ErrorKind::InFlight,
         ];
         for kind in all {
             let status = kind.http_status();
@@ -1269,7 +1395,9 @@ mod tests {
             assert_ne!(kind.grpc_code(), tonic::Code::Ok, "{kind:?}");
             // Only retryable kinds carry a retry hint: 503 / UNAVAILABLE, and the rate limit's
             // 429 / RESOURCE_EXHAUSTED.
-            if kind.retry_after_secs().is_some() && kind != ErrorKind::RateLimited {
+            if kind.retry_after_secs().is_some()
+                && ![ErrorKind::RateLimited, ErrorKind::InFlight].contains(&kind)
+            {
                 assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
                 assert_eq!(kind.grpc_code(), tonic::Code::Unavailable);
             }

@@ -26,13 +26,25 @@ pub mod limits;
 pub mod metrics;
 pub mod objects;
 pub mod producers;
-pub mod stack;
+mod stack;
+pub mod state;
 
 use std::sync::Arc;
 
 pub use api::{Api, ApiError, ApiResult, ErrorKind};
 pub use config::ServiceConfig;
-pub use stack::{Stack, StartError};
+/// Where identifiers come from (topic IDs, member ids): injected, so that tests can seed them.
+pub use lakestream_meta::lease::{RandomTokens, SeededTokens, TokenSource};
+pub use stack::{DEFAULT_NAMESPACE, StartError};
+
+/// Access to the wiring behind the operations, for tests and benchmarks that check what lies
+/// behind the API (the metadata store, the roles). Behind the `testkit` feature: no front end
+/// enables it, so none can reach the writer, reader, catalog or metadata store except through
+/// the operations of [`Api`].
+#[cfg(feature = "testkit")]
+pub mod testkit {
+    pub use crate::stack::Stack;
+}
 
 /// A running service: the operations, and the background roles behind them.
 #[derive(Debug)]
@@ -45,7 +57,7 @@ impl Service {
     /// Opens every component `config` names (refusing a configuration that breaks a rule),
     /// starts the background roles this process serves, and returns the running service.
     pub async fn start(config: &ServiceConfig) -> Result<Service, StartError> {
-        let stack = Stack::open(config).await?;
+        let stack = stack::Stack::open(config).await?;
         let metrics = Arc::new(metrics::Metrics::default());
         let background = background::Background::spawn(&stack, config, &metrics);
         let api = Api::new(stack, metrics, config.max_fetch_wait);
@@ -61,7 +73,7 @@ impl Service {
     /// closes the writer: pending appends are published and leases released.
     pub async fn shutdown(self) {
         self.background.stop().await;
-        self.api.stack().close().await;
+        self.api.close().await;
     }
 }
 

@@ -597,6 +597,37 @@ impl TableMetrics {
 }
 
 impl Metrics {
+    /// Records one appended entry of `len` payload bytes whose append started at `started`:
+    /// acknowledged (count, bytes, latency), or failed (errors; unknown outcomes apart).
+    pub fn record_append(
+        &self,
+        result: &Result<lakestream_writer::AppendAck, lakestream_writer::AppendError>,
+        len: usize,
+        started: std::time::Instant,
+    ) {
+        match result {
+            Ok(_) => {
+                self.appended_entries.fetch_add(1, Ordering::Relaxed);
+                self.appended_bytes.fetch_add(len as u64, Ordering::Relaxed);
+                self.append_latency.observe(started.elapsed());
+            }
+            Err(e) => {
+                self.append_errors.fetch_add(1, Ordering::Relaxed);
+                if e.class() == lakestream_format::ErrorClass::OutcomeUnknown {
+                    self.append_unknown.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+        }
+    }
+
+    /// Records one fetch that started at `started` and read `batch`.
+    pub fn record_fetch(&self, batch: &lakestream_reader::ReadBatch, started: std::time::Instant) {
+        self.fetch_latency.observe(started.elapsed());
+        self.fetched_entries.fetch_add(batch.entries.len() as u64, Ordering::Relaxed);
+        let bytes: usize = batch.entries.iter().map(|e| e.payload.len()).sum();
+        self.fetched_bytes.fetch_add(bytes as u64, Ordering::Relaxed);
+    }
+
     fn render_connections(&self, out: &mut String) {
         type Read = fn(&ConnectionStats) -> u64;
         let series: [(&str, &str, &str, Read); 4] = [

@@ -7,8 +7,9 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use lakestream_objstore_s3::S3Config;
+use lakestream_service::ServiceConfig;
 use lakestream_service::config::{MetadataConfig, ObjectStoreConfig};
-use lakestream_service::{ServiceConfig, Stack};
+use lakestream_service::testkit::Stack;
 
 fn s3_config(prefix: &str) -> S3Config {
     let var = |name: &str| {

@@ -13,10 +13,9 @@ use lakestream_kafka::KafkaConfig;
 use lakestream_kafka::KafkaFrontEnd;
 use lakestream_meta::lease::SeededTokens;
 use lakestream_objstore_s3::S3Config;
-use lakestream_service::api::Api;
 use lakestream_service::config::{MetadataConfig, ObjectStoreConfig};
-use lakestream_service::metrics::Metrics;
-use lakestream_service::{ServiceConfig, Stack};
+use lakestream_service::testkit::Stack;
+use lakestream_service::{Service, ServiceConfig};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
@@ -48,6 +47,7 @@ pub struct Running {
     _dir: tempfile::TempDir,
     stop: Option<tokio::sync::oneshot::Sender<()>>,
     task: tokio::task::JoinHandle<()>,
+    service: Service,
     pub stack: Stack,
 }
 
@@ -55,7 +55,7 @@ impl Running {
     pub async fn stop(mut self) {
         let _ = self.stop.take().unwrap().send(());
         self.task.await.unwrap();
-        self.stack.close().await;
+        self.service.shutdown().await;
     }
 }
 
@@ -84,8 +84,9 @@ pub async fn start() -> Running {
 /// A front end of broker id `node_id` (without automatic topic creation) over a stack opened
 /// from `config`; `dir` lives as long as it runs.
 pub async fn start_with(config: &ServiceConfig, node_id: i32, dir: tempfile::TempDir) -> Running {
-    let stack = Stack::open(config).await.unwrap();
-    let api = Api::new(stack.clone(), Arc::new(Metrics::default()), Duration::from_secs(30));
+    let service = Service::start(config).await.unwrap();
+    let api = service.api().clone();
+    let stack = api.stack().clone();
     let kafka = KafkaConfig {
         addr: Some("127.0.0.1:0".parse().unwrap()),
         node_id,
@@ -101,7 +102,7 @@ pub async fn start_with(config: &ServiceConfig, node_id: i32, dir: tempfile::Tem
     let task = tokio::spawn(front.serve(api, async move {
         let _ = stopped.await;
     }));
-    Running { addr, _dir: dir, stop: Some(stop), task, stack }
+    Running { addr, _dir: dir, stop: Some(stop), task, service, stack }
 }
 
 pub struct Client {

@@ -133,7 +133,7 @@ impl GrpcService {
 pub fn status_of(e: &ApiError) -> Status {
     let mut metadata = MetadataMap::new();
     metadata.insert(ERROR_CODE, MetadataValue::from_static(e.code()));
-    if let Some(secs) = e.kind().retry_after_secs() {
+    if let Some(secs) = e.retry_after_secs() {
         metadata.insert("retry-after", MetadataValue::from(secs));
     }
     if let Some(next) = e.next_offset() {
@@ -615,23 +615,10 @@ impl Lakestream for GrpcService {
                     None => return Err(ApiError::invalid("events: give `batch` or `json_batch`")),
                 }
                 .map_err(|e| ApiError::invalid(format!("events: {e}")))?;
-                let outcome =
-                    lakestream_service::events::ingest(api.stack(), &r.namespace, &r.stream, r.partition, events)
-                        .await
-                        .map_err(|e| ApiError::new(e.kind(), e.to_string()))?;
-                match outcome {
-                    lakestream_service::events::IngestOutcome::Done(results) => Ok(pb::ProduceCloudEventsResponse {
-                        results: results.into_iter().map(cloud_event_result).collect(),
-                    }),
-                    lakestream_service::events::IngestOutcome::InFlight { index, retry_after } => Err(ApiError::new(
-                        ErrorKind::Contended,
-                        format!(
-                            "in_flight: event [{index}] is being appended by another request; nothing was \
-                         appended; retry the whole batch in {} ms",
-                            retry_after.as_millis().max(1)
-                        ),
-                    )),
-                }
+                let results = api.ingest_events(&r.namespace, &r.stream, r.partition, events).await?;
+                Ok(pb::ProduceCloudEventsResponse {
+                    results: results.into_iter().map(cloud_event_result).collect(),
+                })
             },
         )
         .await

@@ -8,7 +8,8 @@ pub mod http_client;
 use std::time::Duration;
 
 use lakestream_server::{Listening, ServerConfig};
-use lakestream_service::{Service, ServiceConfig, Stack};
+use lakestream_service::testkit::Stack;
+use lakestream_service::{Service, ServiceConfig};
 
 /// What a test service is configured with: the service's settings and the transports'.
 #[derive(Debug, Clone)]

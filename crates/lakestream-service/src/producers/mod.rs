@@ -65,6 +65,8 @@
 //! request's index put still in flight on the network from a process that died is assumed to
 //! have landed or been dropped by the time a retry reaches a new process.
 
+pub(crate) mod ids;
+
 use std::sync::Arc;
 
 use bytes::Bytes;
