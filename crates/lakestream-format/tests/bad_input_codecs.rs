@@ -99,10 +99,20 @@ fn wal_writer_rule_varint32_at_most_5_bytes_and_2_pow_31_minus_1() {
     assert_corrupt(WalObject::parse(wal(3, &six_byte_count, &[9])), "WAL object", "longer than 5 bytes");
     let too_large_size = section(7, &[1, 0, 0x80, 0x80, 0x80, 0x80, 0x08, 1]);
     assert_corrupt(WalObject::parse(wal(3, &too_large_size, &[9])), "WAL object", "exceeds 2^31-1");
-    let overlong_offset = section(7, &[1, 0x80, 0x00, 1, 1]);
-    assert_corrupt(WalObject::parse(wal(3, &overlong_offset, &[9])), "WAL object", "not minimally encoded");
     let truncated = section(7, &[1, 0, 0x81, 0x81]);
     assert_corrupt(WalObject::parse(wal(3, &truncated, &[])), "WAL object", "truncated varint32");
+}
+
+#[test]
+fn wal_reader_accepts_non_minimal_varint32s_of_another_writer() {
+    // [Reader] MUST parse WAL objects by the layout: a varint32 is LEB128 of at most 5 bytes,
+    // and the spec does not ask for the shortest form. `80 00` is 0, `81 80 00` is 1.
+    let padded = section(7, &[0x81, 0x80, 0x00, 0x80, 0x00, 0x82, 0x00, 0x83, 0x80, 0x80, 0x80, 0x00]);
+    let object = WalObject::parse(wal(3, &padded, &[1, 2, 9])).unwrap();
+    let log = object.section(LogId(7)).unwrap();
+    assert_eq!(log.entries.len(), 1);
+    assert_eq!((log.entries[0].payload_offset, log.entries[0].payload_size, log.entries[0].record_count), (0, 2, 3));
+    assert_eq!(object.payloads(LogId(7)).unwrap().unwrap(), [Bytes::from_static(&[1, 2])]);
 }
 
 #[test]
@@ -283,9 +293,6 @@ fn entry_offsets_word_0_must_equal_entry_count_and_last_boundary_message_count()
     assert_corrupt(check(with_boundaries(&[2, 2], 2, 2)), "EntryIndex", "not above the previous");
     assert_corrupt(check(with_boundaries(&[0, 3], 2, 3)), "EntryIndex", "boundary 0 is 0");
     assert_corrupt(check(with_boundaries(&[3, 2], 2, 2)), "EntryIndex", "not above the previous");
-    let mut value = raw_value();
-    value.entry_offsets.as_mut().unwrap().uncompressed_size = Some(12);
-    assert_corrupt(check(value), "EntryIndex", "uncompressed_size 12");
     let mut value = raw_value();
     value.entry_offsets.as_mut().unwrap().compressed_payload = Some(vec![0, 0, 0, 2, 0, 0]);
     assert_corrupt(check(value), "entry offsets (FastPFOR)", "whole number");
@@ -568,4 +575,24 @@ fn legacy_values_bad_strings_are_refused() {
     assert_corrupt(p(b"00000000000000000003-00000000000000000008-loc--RAW"), S, "entry_id");
     assert_corrupt(p(b"00000000000000000003-00000000000000000008-loc-1-raw"), S, "entry_id");
     assert_corrupt(p(b"00000000000000000003-00000000000000000008-\xff-1"), S, "UTF-8");
+}
+
+#[test]
+fn entry_offsets_reader_accepts_any_uncompressed_size() {
+    // The spec does not constrain `uncompressed_size`: another writer's 12, 0, -1 or none
+    // leaves the record readable, with the boundaries of `compressed_payload`.
+    for size in [Some(12), Some(0), Some(-1), Some(i32::MAX), None] {
+        let mut value = raw_value();
+        value.entry_offsets.as_mut().unwrap().uncompressed_size = size;
+        let IndexValue::Raw(record) = check(value).unwrap() else { panic!("a RAW record") };
+        assert_eq!(record.boundaries, [2, 3], "uncompressed_size {size:?}");
+    }
+    // Our writer still writes 4n.
+    let mut builder = WalObjectBuilder::new();
+    for records in [2, 1, 4] {
+        builder.add_entry(LogId(7), Bytes::from_static(b"x"), records).unwrap();
+    }
+    let built = builder.build().unwrap();
+    let ours = EntryIndex::raw("7-1.wal", &built.sections[0]).unwrap();
+    assert_eq!(ours.entry_offsets.unwrap().uncompressed_size, Some(12));
 }
