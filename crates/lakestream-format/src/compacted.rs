@@ -85,8 +85,10 @@ impl Binding {
     }
 }
 
-/// The bindings this crate implements; readers accept these by default.
-pub const KNOWN_BINDINGS: &[Binding] = &[crate::kafka::KAFKA_BINDING];
+/// The bindings this crate implements, which readers accept: the Kafka binding (Appendix A)
+/// and the native binding of every other stream ([`crate::native`]). A file of any other
+/// binding is refused (spec: [Reader] MUST reject an `entrySerDeType` it does not implement).
+pub const KNOWN_BINDINGS: &[Binding] = &[crate::kafka::KAFKA_BINDING, crate::native::NATIVE_BINDING];
 
 /// The checks a compacted file name must pass: it ends in `.parquet`, contains `.parquet`
 /// nowhere else, has a non-empty stem, and contains no `/` (names are relative to the

@@ -11,6 +11,7 @@ use lakestream_format::compacted::{
     write_compacted_file,
 };
 use lakestream_format::kafka::KAFKA_BINDING;
+use lakestream_format::native::NATIVE_BINDING;
 use lakestream_format::{ErrorClass, FormatError};
 use parquet::arrow::ArrowWriter;
 use parquet::arrow::arrow_writer::ArrowWriterOptions;
@@ -141,6 +142,56 @@ fn reader_rejects_a_missing_or_repeated_entry_serde_type() {
     let twice = vec![("entrySerDeType", Some("KAFKA_BATCHED_RAW_PARQUET")), ("entrySerDeType", Some("X"))];
     let err = open(file_with_footer(twice)).unwrap_err();
     assert!(err.to_string().contains("twice"), "{err}");
+}
+
+#[test]
+fn native_binding_files_carry_our_identifiers_byte_for_byte() {
+    // The native binding (docs/format.md): the structure of every compacted file, under
+    // identifiers of our own. These footer values and the schema name are its golden bytes.
+    let file = write_compacted_file(NATIVE_BINDING, "ls-7-a.parquet", sample_payloads(), WriteOptions::default())
+        .unwrap();
+    let reader = open(file).unwrap();
+    assert_eq!(reader.binding(), NATIVE_BINDING);
+    assert_eq!(reader.read_payloads(0..4).unwrap(), sample_payloads());
+    let schema = reader.footer().file_metadata().schema_descr();
+    assert_eq!(schema.root_schema().name(), "LakestreamEntry");
+    assert_eq!(schema.num_columns(), 1);
+    assert_eq!(schema.column(0).name(), "payload");
+    assert_eq!(schema.column(0).physical_type(), PhysicalType::BYTE_ARRAY);
+    assert_eq!(schema.column(0).self_type().get_basic_info().repetition(), Repetition::OPTIONAL);
+    let pairs = reader.footer().file_metadata().key_value_metadata().unwrap();
+    let got: Vec<(&str, &str)> =
+        pairs.iter().map(|kv| (kv.key.as_str(), kv.value.as_deref().unwrap_or(""))).collect();
+    assert_eq!(
+        got,
+        [
+            ("entrySerDeType", "LAKESTREAM_RAW_PARQUET"),
+            ("rowMetadata", "ls-7-a.index"),
+            ("schemaType", "avro"),
+            (
+                "parquet.avro.schema",
+                r#"{"type":"record","name":"LakestreamEntry","fields":[{"name":"payload","type":["null","bytes"],"default":null}]}"#
+            ),
+            ("writer.model.name", "avro"),
+        ]
+    );
+}
+
+#[test]
+fn readers_accept_both_bindings_and_refuse_an_unknown_one() {
+    // [Reader] MUST reject a file whose entrySerDeType is not a binding it implements: ours are
+    // the Kafka binding and the native one; a foreign identifier is refused, naming it.
+    for binding in [KAFKA_BINDING, NATIVE_BINDING] {
+        let file = write_compacted_file(binding, "b.parquet", sample_payloads(), WriteOptions::default()).unwrap();
+        assert_eq!(open(file).unwrap().binding(), binding);
+        let file = file_with_footer(vec![("entrySerDeType", Some(binding.entry_serde_type))]);
+        assert_eq!(open(file).unwrap().binding(), binding);
+    }
+    for foreign in ["LAKESTREAM_PARQUET", "lakestream_raw_parquet", "OTHER_RAW_PARQUET"] {
+        let err = open(file_with_footer(vec![("entrySerDeType", Some(foreign))])).unwrap_err();
+        assert!(matches!(err, FormatError::Unsupported { .. }), "{foreign}: {err}");
+        assert!(err.to_string().contains(&format!("{foreign:?}")), "{err}");
+    }
 }
 
 #[test]

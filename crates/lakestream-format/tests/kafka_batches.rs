@@ -423,3 +423,33 @@ fn decoded_records_are_the_ones_kafka_python_wrote() {
     assert!(decode_records(&fixture("v2_control.bin"), 0).is_err());
     assert!(decode_records(&[], 0).is_err());
 }
+
+#[test]
+fn a_topic_entry_must_be_complete_record_batches_with_their_record_count() {
+    // [Writer] A Kafka entry payload MUST be exactly one or more complete record batches, and
+    // the entry's record count MUST equal the records in them: `check_entry` is the check a
+    // front end makes for every entry of a Kafka topic's stream, whatever API it came by.
+    let batch = fixture("v2_single_record.bin");
+    assert_eq!(kafka::check_entry(&batch, None).unwrap(), 1);
+    assert_eq!(kafka::check_entry(&batch, Some(1)).unwrap(), 1);
+    let err = kafka::check_entry(&batch, Some(2)).unwrap_err();
+    assert_eq!(err.class(), ErrorClass::InvalidInput, "{err}");
+    assert!(err.to_string().contains("declares 2 records") && err.to_string().contains("hold 1"), "{err}");
+    // Opaque bytes (what an HTTP or gRPC producer of a native stream sends) are refused.
+    for opaque in [&b""[..], b"hello", b"{\"json\":true}", &[0u8; 61]] {
+        let err = kafka::check_entry(opaque, None).unwrap_err();
+        assert_eq!(err.class(), ErrorClass::CorruptData, "{opaque:?}: {err}");
+    }
+}
+
+#[test]
+fn topic_streams_carry_the_spec_properties() {
+    // Appendix A: the stream's properties include lakestream.source.logical.name and
+    // lakestream.kafka.topic.name, which both hold the topic name.
+    let props = kafka::topic_stream_properties("orders");
+    assert_eq!(props.get("lakestream.kafka.topic.name").map(String::as_str), Some("orders"));
+    assert_eq!(props.get("lakestream.source.logical.name").map(String::as_str), Some("orders"));
+    assert_eq!(props.len(), 2);
+    assert!(kafka::is_topic_stream(&props));
+    assert!(!kafka::is_topic_stream(&std::collections::BTreeMap::new()));
+}
