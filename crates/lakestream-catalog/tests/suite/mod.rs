@@ -53,6 +53,7 @@ macro_rules! catalog_suite {
             a_namespace_is_deleted_only_when_it_holds_no_live_stream,
             a_stream_created_during_a_namespace_deletion_never_outlives_it,
             stream_properties_change_by_compare_and_set,
+            a_streams_binding_is_fixed_by_its_creation_properties,
         );
     };
     (@tests $factory:path; $($name:ident),* $(,)?) => {
@@ -978,4 +979,38 @@ pub async fn stream_properties_change_by_compare_and_set(store: Arc<dyn MetaStor
     catalog.drop_stream(NS, "p").await.unwrap();
     let err = catalog.update_stream_properties(NS, "p", &changes).await.unwrap_err();
     assert!(matches!(err, CatalogError::StreamDropped { .. }), "{err}");
+}
+
+/// A stream's binding (docs/format.md): Kafka for a stream created with the Kafka binding's
+/// properties (Appendix A), native for every other; the properties deciding it cannot change
+/// afterwards, so a stream's entries and its compacted files never follow different bindings.
+pub async fn a_streams_binding_is_fixed_by_its_creation_properties(store: Arc<dyn MetaStore>) {
+    use lakestream_format::{kafka, native};
+    let catalog = catalog_over(store, test_config()).await;
+    let plain = catalog.create_stream(NS, "plain", 1, BTreeMap::new()).await.unwrap();
+    assert_eq!(plain.binding(), native::NATIVE_BINDING);
+    let topic = catalog.create_stream(NS, "topic", 1, kafka::topic_stream_properties("t")).await.unwrap();
+    assert_eq!(topic.binding(), kafka::KAFKA_BINDING);
+    assert_eq!(catalog.get_stream(NS, "topic").await.unwrap().binding(), kafka::KAFKA_BINDING);
+    for (stream, key, value) in [
+        ("plain", kafka::TOPIC_NAME_PROPERTY, Some("t")),
+        ("plain", kafka::LEGACY_TOPIC_PROPERTY, Some("t")),
+        ("topic", kafka::TOPIC_NAME_PROPERTY, None),
+        ("topic", kafka::TOPIC_NAME_PROPERTY, Some("other")),
+    ] {
+        let change = BTreeMap::from([(key.to_owned(), value.map(str::to_owned))]);
+        let err = catalog.update_stream_properties(NS, stream, &change).await.unwrap_err();
+        assert!(matches!(err, CatalogError::InvalidArgument(_)), "{stream} {key}: {err}");
+        assert!(err.to_string().contains(key), "{err}");
+    }
+    assert_eq!(catalog.get_stream(NS, "plain").await.unwrap().binding(), native::NATIVE_BINDING);
+    assert_eq!(catalog.get_stream(NS, "topic").await.unwrap().binding(), kafka::KAFKA_BINDING);
+    // Other properties still change, and setting a binding property to its value is no change.
+    let same = BTreeMap::from([
+        (kafka::TOPIC_NAME_PROPERTY.to_owned(), Some("t".to_owned())),
+        ("owner".to_owned(), Some("me".to_owned())),
+    ]);
+    let updated = catalog.update_stream_properties(NS, "topic", &same).await.unwrap();
+    assert_eq!(updated.properties.get("owner").map(String::as_str), Some("me"));
+    assert_eq!(updated.binding(), kafka::KAFKA_BINDING);
 }
