@@ -61,6 +61,13 @@ impl WriteLease {
         self.session.ended()
     }
 
+    /// The session behind the lease record. A holder that cannot delete the record (a change
+    /// it started may still land) ends this session instead, once nothing else uses it: the
+    /// spec lets the record go with its session, never by a delete before the change completed.
+    pub fn session(&self) -> &Arc<dyn Session> {
+        &self.session
+    }
+
     /// Deletes the lease record. Call only after every change started under the lease
     /// completed (spec: "MUST NOT delete a lease record before every change it started under
     /// that lease has completed").
