@@ -36,7 +36,7 @@ use lakestream_meta::{MetaError, MetaStore, PutCondition, Session};
 use lakestream_objstore::{ObjectPath, ObjectStore};
 
 use crate::config::CompactorConfig;
-use crate::error::{CompactError, CompactResult};
+use crate::error::{C3_PUT, C4_DELETE_RANGE, C5_PUT, CompactError, CompactResult};
 use crate::fetch::{self, Fetched, LogWork};
 use crate::ledger;
 use crate::names;
@@ -528,7 +528,7 @@ impl Compactor {
         self.meta()
             .put(&partition, &key, prepared.value.clone(), PutCondition::None)
             .await
-            .map_err(CompactError::meta(log_id, "C3 put"))?;
+            .map_err(CompactError::meta(log_id, C3_PUT))?;
         Ok(InstallOutcome::Installed)
     }
 
@@ -603,7 +603,7 @@ impl Compactor {
         self.meta()
             .delete_range(&keys::partition(log_id), &start, &end)
             .await
-            .map_err(CompactError::meta(log_id, "C4"))
+            .map_err(CompactError::meta(log_id, C4_DELETE_RANGE))
     }
 
     /// C5: raises the compaction cursor `/first-uncompacted-offset/{L}` in P(L) to `end`
@@ -626,7 +626,7 @@ impl Compactor {
             match self.meta().put(&partition, &key, value, condition).await {
                 Ok(_) => return Ok(()),
                 Err(MetaError::KeyExists { .. } | MetaError::VersionMismatch { .. }) => continue,
-                Err(e) => return Err(CompactError::meta(log_id, "C5 put")(e)),
+                Err(e) => return Err(CompactError::meta(log_id, C5_PUT)(e)),
             }
         }
         Ok(()) // the cursor is informational; another compactor keeps moving it
@@ -635,6 +635,14 @@ impl Compactor {
     /// C3, C4 and C5 under one write lease per attempt, repeated up to `install_attempts`
     /// times. Stops at once when the log is fenced, the claim's session ended, another
     /// compaction's record is in the way, or the deadline passed before C3 took effect.
+    ///
+    /// An attempt whose change ended with an unknown outcome (it may still take effect) keeps
+    /// its lease for the next attempt, so that the lease record is never deleted before the
+    /// change completed (spec "Leases"). The next attempt's Get of `K(L, e, c_e)` shows whether
+    /// a C3 Put landed (the key holds the value); a C4 DeleteRange or C5 Put is settled by
+    /// the next attempt's own, which completes the same change (no key can appear in C4's
+    /// range again, and C5 writes conditionally). If an unknown change is still unsettled when
+    /// `finish` returns, the lease goes with its session, which is closed, never by a delete.
     pub async fn finish(
         &self,
         claim: &Claim,
@@ -642,8 +650,19 @@ impl Compactor {
     ) -> CompactResult<InstallOutcome> {
         let log_id = prepared.log.log_id;
         let mut last = None;
+        // The lease of the previous attempt, kept because a change under it is unsettled.
+        let mut kept: Option<WriteLease> = None;
+        // An earlier attempt's C3 Put, or C4/C5, whose outcome is unknown and unsettled.
+        let (mut unsettled_c3, mut unsettled_rest) = (false, false);
         for _ in 0..self.inner.config.install_attempts {
-            let lease = self.acquire_lease(claim).await?;
+            let lease = match kept.take() {
+                Some(lease) if !*lease.session_ended().borrow() => lease,
+                _ => {
+                    // No lease kept, or its session ended (its record with it).
+                    (unsettled_c3, unsettled_rest) = (false, false);
+                    self.acquire_lease(claim).await?
+                }
+            };
             let result = async {
                 let (start, end) = (prepared.plan.start, prepared.plan.end);
                 let outcome = self.install(prepared, &lease).await?;
@@ -667,23 +686,69 @@ impl Compactor {
                 Ok::<_, CompactError>(outcome)
             }
             .await;
-            // Every change of the attempt has completed or failed: the lease may go.
-            if !*lease.session_ended().borrow() {
-                let _ = lease.release(self.meta()).await;
+            match &result {
+                // The key holds the value: every earlier C3 Put landed, and C4/C5 completed.
+                Ok(InstallOutcome::AlreadyInstalled) => (unsettled_c3, unsettled_rest) = (false, false),
+                // C4 and C5 completed; an earlier C3 Put this Get did not see may still land.
+                Ok(_) => unsettled_rest = false,
+                Err(e) => match e.unknown_change() {
+                    Some(C3_PUT) => unsettled_c3 = true,
+                    Some(_) => unsettled_rest = true,
+                    None => {}
+                },
             }
-            match result {
-                Ok(outcome) => return Ok(outcome),
+            let unsettled = unsettled_c3 || unsettled_rest;
+            let done = match result {
+                Ok(outcome) => Some(Ok(outcome)),
                 Err(e @ (CompactError::AlreadyCompacted { .. } | CompactError::DeadlinePassed { .. })) => {
-                    return Err(e);
+                    Some(Err(e))
                 }
-                Err(e @ CompactError::SessionEnded { .. }) => return Err(e),
+                Err(e @ CompactError::SessionEnded { .. }) => Some(Err(e)),
                 Err(e) => {
                     tracing::warn!(%log_id, error = %e, "C3/C4 attempt failed; repeating");
                     last = Some(e);
+                    None
                 }
+            };
+            match done {
+                Some(result) => {
+                    self.let_go(lease, unsettled).await;
+                    return result;
+                }
+                // Every change of the attempt has completed or failed: the lease may go.
+                None if !unsettled => self.let_go(lease, false).await,
+                None => kept = Some(lease),
             }
         }
+        if let Some(lease) = kept {
+            self.let_go(lease, unsettled_c3 || unsettled_rest).await;
+        }
         Err(last.unwrap_or(CompactError::SessionEnded { log_id }))
+    }
+
+    /// Lets a write lease go once the changes under it are over: deletes its record, unless
+    /// one of them has an unknown outcome no read settled (`unsettled`) and so may still take
+    /// effect; then the record goes with its session, which is closed (with the claims it
+    /// backs: the compactor opens a new session on its next use). The spec forbids deleting a
+    /// lease record before every change under it has completed, and lets the store remove it
+    /// when its session ends.
+    pub(crate) async fn let_go(&self, lease: WriteLease, unsettled: bool) {
+        if *lease.session_ended().borrow() {
+            return; // the record is gone with the session
+        }
+        if !unsettled {
+            let _ = lease.release(self.meta()).await;
+            return;
+        }
+        let session = lease.session().clone();
+        tracing::warn!(
+            log_id = %lease.log_id(),
+            session = %session.id(),
+            "a change under this write lease has an unknown outcome: closing its session instead of deleting the lease record"
+        );
+        if let Err(e) = session.close().await {
+            tracing::warn!(session = %session.id(), error = %e, "closing the session failed; its records go when it times out");
+        }
     }
 
     /// Finishes interrupted C4 steps the planner found, under a lease.
@@ -713,9 +778,8 @@ impl Compactor {
             Ok::<_, CompactError>(repairs.len())
         }
         .await;
-        if !*lease.session_ended().borrow() {
-            let _ = lease.release(self.meta()).await;
-        }
+        let unsettled = result.as_ref().err().and_then(CompactError::unknown_change).is_some();
+        self.let_go(lease, unsettled).await;
         result
     }
 
