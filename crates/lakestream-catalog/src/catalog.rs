@@ -555,8 +555,9 @@ impl Catalog {
                     None => next.properties.remove(k),
                 };
             }
-            if let Some(fixed) =
-                BINDING_PROPERTIES.iter().find(|k| current.value.properties.get(**k) != next.properties.get(**k))
+            if let Some(fixed) = BINDING_PROPERTIES
+                .iter()
+                .find(|k| current.value.properties.get(**k) != next.properties.get(**k))
             {
                 return Err(CatalogError::InvalidArgument(format!(
                     "stream {namespace}/{name}: property {fixed:?} decides the stream's binding and is fixed at creation"

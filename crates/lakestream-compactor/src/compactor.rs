@@ -25,11 +25,11 @@ use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
 use lakestream_format::compacted::{self, Binding, CompactedFileWriter};
-use lakestream_format::native::NATIVE_BINDING;
 use lakestream_format::companion::{self, CompanionRow, CompanionWriter};
 use lakestream_format::entry_index::{self, EntryIndex, IndexValue, ParquetRange};
 use lakestream_format::file_index::{FileIndex, FileIndexEntry};
 use lakestream_format::keys;
+use lakestream_format::native::NATIVE_BINDING;
 use lakestream_format::{Clock, Entry, LogId, LogRef, Offset};
 use lakestream_meta::lease::{self, TokenSource, WriteLease};
 use lakestream_meta::{MetaError, MetaStore, PutCondition, Session};
@@ -329,8 +329,10 @@ impl Compactor {
         let started_ms = self.now_ms();
         let deadline_ms =
             started_ms.saturating_add(CompactorConfig::ms(self.inner.config.max_compaction_duration));
-        let works: Vec<LogWork<'_>> =
-            work.iter().map(|(log, plan, b)| LogWork { log_id: log.log.log_id, plan, trim_marker: *b }).collect();
+        let works: Vec<LogWork<'_>> = work
+            .iter()
+            .map(|(log, plan, b)| LogWork { log_id: log.log.log_id, plan, trim_marker: *b })
+            .collect();
         let mut senders = Vec::with_capacity(works.len());
         let mut consumers = Vec::with_capacity(works.len());
         for (i, (log, plan, b)) in work.iter().enumerate() {

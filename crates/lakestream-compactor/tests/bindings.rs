@@ -35,7 +35,8 @@ async fn bindings_of(compacted: &Arc<dyn ObjectStore>, log: &LogRef) -> Vec<(Bin
 
 /// A Kafka record batch of one record: what a topic's entries hold.
 fn kafka_batch() -> Bytes {
-    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../lakestream-format/tests/vectors/kafka/v2_single_record.bin");
+    let path =
+        concat!(env!("CARGO_MANIFEST_DIR"), "/../lakestream-format/tests/vectors/kafka/v2_single_record.bin");
     Bytes::from(std::fs::read(path).unwrap())
 }
 
@@ -64,7 +65,8 @@ async fn a_kafka_topics_files_carry_the_kafka_identifiers_and_others_ours_in_one
     // stream's properties, so one pass over both kinds of stream labels each by its own.
     let s = Stack::new();
     let w = s.writer(2);
-    let topic = LogRef { log_id: LogId(2), namespace: kafka::NAMESPACE.into(), stream: "t-topic-id-x".into() };
+    let topic =
+        LogRef { log_id: LogId(2), namespace: kafka::NAMESPACE.into(), stream: "t-topic-id-x".into() };
     let plain = log_ref(3);
     let mut topic_acked = Vec::new();
     for _ in 0..3 {

@@ -32,13 +32,19 @@ async fn prepared(s: &Stack, log: &LogRef, n: usize, seed: u64) -> (Compactor, C
 /// The file types of the log's index records, in key order.
 async fn file_types(s: &Stack, log: &LogRef) -> Vec<FileType> {
     let p = keys::partition(log.log_id);
-    let records = s.meta.scan(&p, &keys::first_key(log.log_id), &keys::last_key(log.log_id), None).await.unwrap();
+    let records =
+        s.meta.scan(&p, &keys::first_key(log.log_id), &keys::last_key(log.log_id), None).await.unwrap();
     records.iter().map(|r| entry_index::decode(&r.value).unwrap().file_type()).collect()
 }
 
 /// Positions of the operations that contain every one of `parts`.
 fn positions(ops: &OpLog, parts: &[&str]) -> Vec<usize> {
-    ops.ops().iter().enumerate().filter(|(_, op)| parts.iter().all(|p| op.contains(p))).map(|(i, _)| i).collect()
+    ops.ops()
+        .iter()
+        .enumerate()
+        .filter(|(_, op)| parts.iter().all(|p| op.contains(p)))
+        .map(|(i, _)| i)
+        .collect()
 }
 
 #[tokio::test]
@@ -67,7 +73,9 @@ async fn c3_and_c4_are_repeated_in_process_with_the_same_range_and_value_until_c
     let acquired = positions(&ops, &["session.create_ephemeral 60 /stream-write-leases/60/"]);
     let released = positions(&ops, &["meta.delete 60 /stream-write-leases/60/"]);
     assert_eq!((acquired.len(), released.len()), (2, 2), "{:#?}", ops.ops());
-    assert!(acquired[0] < puts[0] && c4[0] < released[0] && released[0] < acquired[1] && acquired[1] < gets[1]);
+    assert!(
+        acquired[0] < puts[0] && c4[0] < released[0] && released[0] < acquired[1] && acquired[1] < gets[1]
+    );
     // The same value, one PARQUET record, nothing kept for later.
     let stored = s.meta.get(&p, &key).await.unwrap().unwrap();
     assert_eq!(stored.value, prepared.value);
@@ -122,7 +130,11 @@ async fn a_c3_put_of_unknown_outcome_keeps_its_lease_for_the_attempt_whose_get_s
     let settled = positions(&ops, &[&format!("meta.get 62 {key} Equal")]);
     assert_eq!(acquired.len(), 1, "one lease for both attempts: {:#?}", ops.ops());
     assert_eq!((lost.len(), settled.len(), released.len()), (1, 2, 1), "{:#?}", ops.ops());
-    assert!(lost[0] < settled[1] && settled[1] < released[0], "released only after the Get: {:#?}", ops.ops());
+    assert!(
+        lost[0] < settled[1] && settled[1] < released[0],
+        "released only after the Get: {:#?}",
+        ops.ops()
+    );
     assert_eq!(file_types(&s, &log).await, [FileType::Parquet]);
     assert!(claim.is_live(), "no session had to end");
     claim.release(s.meta.as_ref()).await;
@@ -144,7 +156,10 @@ async fn a_c3_put_still_unknown_after_its_attempts_lets_the_lease_go_only_with_t
     assert_eq!(positions(&ops, &["meta.put 63 ", &key, "HELD"]).len(), 1, "{:#?}", ops.ops());
     assert_eq!(positions(&ops, &["session.create_ephemeral 63 /stream-write-leases/63/"]).len(), 1);
     assert!(positions(&ops, &["meta.delete 63 /stream-write-leases/"]).is_empty(), "{:#?}", ops.ops());
-    assert!(lease::list_leases(s.meta.as_ref(), log.log_id).await.unwrap().is_empty(), "gone with the session");
+    assert!(
+        lease::list_leases(s.meta.as_ref(), log.log_id).await.unwrap().is_empty(),
+        "gone with the session"
+    );
     assert!(!claim.is_live(), "the session behind the lease (and the claim) was closed");
     assert_eq!(file_types(&s, &log).await, [FileType::Parquet]);
     // The held Put landing late changes nothing: the same value under the same key.

@@ -428,6 +428,13 @@ pub fn decode(bytes: &[u8]) -> Result<IndexValue> {
     validate(message)
 }
 
+/// The fields of an index value as written, without the checks of [`decode`]: for tools and
+/// tests that look at what a writer put there, right or wrong. Fails only on bytes that are
+/// not a protobuf `EntryIndex` at all.
+pub fn decode_fields(bytes: &[u8]) -> Result<EntryIndex> {
+    EntryIndex::decode(bytes).map_err(|e| corrupt(format!("not a protobuf EntryIndex: {e}")))
+}
+
 /// Validates a decoded [`EntryIndex`] (see [`decode`]).
 pub fn validate(message: EntryIndex) -> Result<IndexValue> {
     match message.version {

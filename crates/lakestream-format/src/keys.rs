@@ -194,7 +194,9 @@ pub fn decode_trim_marker(value: &[u8]) -> Result<u64> {
     let b: u64 = if digits.is_empty() {
         0
     } else {
-        digits.parse().map_err(|_| FormatError::corrupt(S, format!("value {text:?} does not fit in 64 bits")))?
+        digits
+            .parse()
+            .map_err(|_| FormatError::corrupt(S, format!("value {text:?} does not fit in 64 bits")))?
     };
     if b > MAX {
         return Err(FormatError::corrupt(S, format!("value {text} exceeds 2^63-1")));

@@ -147,7 +147,9 @@ mod tests {
     #[test]
     fn writer_emits_the_shortest_encoding() {
         // Our writer stays canonical: every value in the fewest bytes, never `80 00`.
-        for v in [0, 1, 127, 128, 300, 16383, 16384, 0x1F_FFFF, 0x20_0000, 0x0FFF_FFFF, 0x1000_0000, VARINT32_MAX] {
+        for v in
+            [0, 1, 127, 128, 300, 16383, 16384, 0x1F_FFFF, 0x20_0000, 0x0FFF_FFFF, 0x1000_0000, VARINT32_MAX]
+        {
             let bytes = encode(v);
             assert!(bytes.len() == 1 || *bytes.last().unwrap() != 0, "{v}: {bytes:02x?}");
         }

@@ -111,7 +111,10 @@ fn wal_reader_accepts_non_minimal_varint32s_of_another_writer() {
     let object = WalObject::parse(wal(3, &padded, &[1, 2, 9])).unwrap();
     let log = object.section(LogId(7)).unwrap();
     assert_eq!(log.entries.len(), 1);
-    assert_eq!((log.entries[0].payload_offset, log.entries[0].payload_size, log.entries[0].record_count), (0, 2, 3));
+    assert_eq!(
+        (log.entries[0].payload_offset, log.entries[0].payload_size, log.entries[0].record_count),
+        (0, 2, 3)
+    );
     assert_eq!(object.payloads(LogId(7)).unwrap().unwrap(), [Bytes::from_static(&[1, 2])]);
 }
 

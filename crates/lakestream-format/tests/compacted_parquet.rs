@@ -148,8 +148,9 @@ fn reader_rejects_a_missing_or_repeated_entry_serde_type() {
 fn native_binding_files_carry_our_identifiers_byte_for_byte() {
     // The native binding (docs/format.md): the structure of every compacted file, under
     // identifiers of our own. These footer values and the schema name are its golden bytes.
-    let file = write_compacted_file(NATIVE_BINDING, "ls-7-a.parquet", sample_payloads(), WriteOptions::default())
-        .unwrap();
+    let file =
+        write_compacted_file(NATIVE_BINDING, "ls-7-a.parquet", sample_payloads(), WriteOptions::default())
+            .unwrap();
     let reader = open(file).unwrap();
     assert_eq!(reader.binding(), NATIVE_BINDING);
     assert_eq!(reader.read_payloads(0..4).unwrap(), sample_payloads());
@@ -182,7 +183,8 @@ fn readers_accept_both_bindings_and_refuse_an_unknown_one() {
     // [Reader] MUST reject a file whose entrySerDeType is not a binding it implements: ours are
     // the Kafka binding and the native one; a foreign identifier is refused, naming it.
     for binding in [KAFKA_BINDING, NATIVE_BINDING] {
-        let file = write_compacted_file(binding, "b.parquet", sample_payloads(), WriteOptions::default()).unwrap();
+        let file =
+            write_compacted_file(binding, "b.parquet", sample_payloads(), WriteOptions::default()).unwrap();
         assert_eq!(open(file).unwrap().binding(), binding);
         let file = file_with_footer(vec![("entrySerDeType", Some(binding.entry_serde_type))]);
         assert_eq!(open(file).unwrap().binding(), binding);

@@ -356,8 +356,12 @@ impl Leases {
         };
         for session in &closable {
             match session.close().await {
-                Ok(()) => tracing::info!(session = %session.id(), "closed a retired session: its lease records are gone with it"),
-                Err(e) => tracing::warn!(session = %session.id(), error = %e, "closing a retired session failed; it ends when it times out"),
+                Ok(()) => {
+                    tracing::info!(session = %session.id(), "closed a retired session: its lease records are gone with it")
+                }
+                Err(e) => {
+                    tracing::warn!(session = %session.id(), error = %e, "closing a retired session failed; it ends when it times out")
+                }
             }
         }
         closable.len()

@@ -1034,7 +1034,8 @@ fn answer(log_id: LogId, put: IssuedPut, behind_a_failure: bool, ctx: &PublishCt
                 let mut pinned: Vec<&HeldLease> = Vec::new();
                 for e in &entries {
                     if !pinned.iter().any(|p| p.same_lease(&e.lease)) {
-                        ctx.leases.pin_unsettled(&e.lease, Unsettled::IndexPut { log_id, value: value.clone() });
+                        ctx.leases
+                            .pin_unsettled(&e.lease, Unsettled::IndexPut { log_id, value: value.clone() });
                         pinned.push(&e.lease);
                     }
                 }

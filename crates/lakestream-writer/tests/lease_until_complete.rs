@@ -123,7 +123,8 @@ async fn append_with_unknown_outcome(meta: &Meta, w: &Writer, log: LogId) -> Str
 
 /// A catalog's drain (after its fence), shortened: does it find the log's leases gone?
 async fn drains(meta: &Meta, log: LogId) -> bool {
-    let config = DrainConfig { timeout: Duration::from_millis(100), poll_interval: Duration::from_millis(10) };
+    let config =
+        DrainConfig { timeout: Duration::from_millis(100), poll_interval: Duration::from_millis(10) };
     lease::drain(meta, log, &config).await.unwrap() == DrainOutcome::Drained
 }
 
@@ -136,7 +137,7 @@ async fn a_lease_record_stays_until_a_read_finds_the_index_put_of_unknown_outcom
 
     // Releasing idle leases (as before a stream deletion) keeps this one: its put may land.
     w.release_idle_leases(Duration::ZERO).await;
-    assert_eq!(lease::list_leases(meta.as_ref(), log).await.unwrap(), [lease_key.clone()]);
+    assert_eq!(lease::list_leases(meta.as_ref(), log).await.unwrap(), std::slice::from_ref(&lease_key));
     assert!(!drains(&meta, log).await, "a deletion waits for the lease");
     assert!(!meta.deletes.lock().unwrap().contains(&lease_key));
 
@@ -165,7 +166,7 @@ async fn a_put_still_unknown_after_a_session_timeout_lets_its_lease_go_only_with
     // Within a session timeout no read shows the put: the lease stays.
     tokio::time::advance(SESSION_TIMEOUT / 2).await;
     w.release_idle_leases(Duration::ZERO).await;
-    assert_eq!(lease::list_leases(meta.as_ref(), log).await.unwrap(), [lease_key.clone()]);
+    assert_eq!(lease::list_leases(meta.as_ref(), log).await.unwrap(), std::slice::from_ref(&lease_key));
     assert_eq!(w.unsettled_leases(), 1);
 
     // Past it, the put may be gone or may still be in the store's pipeline: the writer
