@@ -40,6 +40,7 @@ fn kafka_batch() -> Bytes {
     Bytes::from(std::fs::read(path).unwrap())
 }
 
+// spec-rule: 525bf9b7ca [Compactor] A compactor MUST write each compacted file with an Avro record schema…
 #[tokio::test]
 async fn a_stream_that_is_not_a_kafka_topic_is_compacted_under_the_native_binding() {
     // A binding defines which identifiers compacted objects carry (spec Goals, Appendix A):
@@ -58,6 +59,7 @@ async fn a_stream_that_is_not_a_kafka_topic_is_compacted_under_the_native_bindin
     assert_eq!(read_all(&s.reader(), &log, 0).await, acked, "read back byte for byte");
 }
 
+// spec-rule: 525bf9b7ca [Compactor] A compactor MUST write each compacted file with an Avro record schema…
 #[tokio::test]
 async fn a_kafka_topics_files_carry_the_kafka_identifiers_and_others_ours_in_one_pass() {
     // Appendix A: a Kafka topic's compacted files carry entrySerDeType

@@ -47,6 +47,7 @@ fn positions(ops: &OpLog, parts: &[&str]) -> Vec<usize> {
         .collect()
 }
 
+// spec-rule: 0a53579984 [Compactor] If a compaction fails after step C3 has taken effect, the compactor MU…
 #[tokio::test]
 async fn c3_and_c4_are_repeated_in_process_with_the_same_range_and_value_until_c4_completes() {
     // [Compactor] If a compaction fails after step C3 has taken effect, the compactor MUST
@@ -84,6 +85,7 @@ async fn c3_and_c4_are_repeated_in_process_with_the_same_range_and_value_until_c
     claim.release(s.meta.as_ref()).await;
 }
 
+// spec-rule: 0a53579984 [Compactor] If a compaction fails after step C3 has taken effect, the compactor MU…
 #[tokio::test]
 async fn a_log_fenced_after_c3_took_effect_stops_the_repetition_at_its_lease() {
     // [Compactor] … repeat C3 and C4 … until step C4 has completed, or until it can no longer
@@ -111,6 +113,7 @@ async fn a_log_fenced_after_c3_took_effect_stops_the_repetition_at_its_lease() {
     claim.release(s.meta.as_ref()).await;
 }
 
+// spec-rule: 2c1ecab615 [Writer, Compactor] An implementation MUST NOT delete a lease record before every…
 #[tokio::test]
 async fn a_c3_put_of_unknown_outcome_keeps_its_lease_for_the_attempt_whose_get_settles_it() {
     // [Writer, Compactor] An implementation MUST NOT delete a lease record before every change
@@ -140,6 +143,7 @@ async fn a_c3_put_of_unknown_outcome_keeps_its_lease_for_the_attempt_whose_get_s
     claim.release(s.meta.as_ref()).await;
 }
 
+// spec-rule: 2c1ecab615 [Writer, Compactor] An implementation MUST NOT delete a lease record before every…
 #[tokio::test]
 async fn a_c3_put_still_unknown_after_its_attempts_lets_the_lease_go_only_with_the_session() {
     // The same rule when C3's Put is still in the store's pipeline: the next attempt's Get does

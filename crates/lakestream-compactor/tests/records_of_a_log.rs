@@ -177,6 +177,7 @@ fn log_of_record(key: &str) -> Option<u64> {
     None
 }
 
+// spec-rule: 8240198bb4 [All] An implementation MUST keep every record of log L that this specification de…
 #[tokio::test]
 async fn every_record_of_log_l_is_kept_in_its_partition_p_l() {
     // [All] An implementation MUST keep every record of log L that this specification defines
@@ -203,6 +204,7 @@ async fn every_record_of_log_l_is_kept_in_its_partition_p_l() {
     }
 }
 
+// spec-rule: 025e6373f9 [All] An implementation MUST NOT store any record other than an index record of L…
 #[tokio::test]
 async fn no_record_but_an_index_record_of_l_is_stored_under_l_index_prefix() {
     // [All] An implementation MUST NOT store any record other than an index record of L under
@@ -239,6 +241,7 @@ async fn no_record_but_an_index_record_of_l_is_stored_under_l_index_prefix() {
     }
 }
 
+// spec-rule: d161565de4 [All] An implementation MUST NOT create an index key except by the sequenced put o…
 #[tokio::test]
 async fn index_keys_are_created_only_by_a3_sequenced_puts_or_c3_puts() {
     // [All] An implementation MUST NOT create an index key except by the sequenced put of A3
@@ -266,6 +269,8 @@ async fn index_keys_are_created_only_by_a3_sequenced_puts_or_c3_puts() {
     assert!(sequenced >= 30, "{sequenced}");
 }
 
+// spec-rule: 242bc7f5db [All] Every ExtraData pair MUST set both key and value.
+// spec-rule: ba04da13e1 [All] The keys of the extraData pairs of one record MUST be distinct.
 #[tokio::test]
 async fn compactor_output_extra_data_pairs_set_key_and_value_with_distinct_keys() {
     // [All] Every ExtraData pair MUST set both key and value; [All] the keys of the extraData

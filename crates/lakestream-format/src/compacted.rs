@@ -705,6 +705,7 @@ mod tests {
     use super::*;
     use crate::kafka::KAFKA_BINDING;
 
+    // spec-rule: 9bc0ff7256 [Compactor] A compactor MUST give each compacted file a name that ends in .par…
     #[test]
     fn compacted_names_end_in_parquet_once() {
         assert_eq!(companion_name("7-0.parquet").unwrap(), "7-0.index");
@@ -714,6 +715,7 @@ mod tests {
         }
     }
 
+    // spec-rule: 525bf9b7ca [Compactor] A compactor MUST write each compacted file with an Avro record sch…
     #[test]
     fn kafka_avro_schema_is_byte_exact() {
         assert_eq!(

@@ -806,6 +806,7 @@ mod tests {
         assert_eq!(read_varint(&[0x80]), None);
     }
 
+    // spec-rule: 1b06759306 [Writer] A Kafka entry payload MUST be exactly the bytes of one or more comple…
     #[test]
     fn empty_payload_is_refused() {
         let err = count_records(&[]).unwrap_err();

@@ -233,6 +233,7 @@ mod tests {
         assert_eq!(k.encode().len(), INDEX_KEY_LEN);
     }
 
+    // spec-rule: 8240198bb4 [All] An implementation MUST keep every record of log L that this specificatio…
     #[test]
     fn partition_is_decimal_without_leading_zeros() {
         // [All] records of L live in P(L), the decimal L without leading zeros.
@@ -293,6 +294,7 @@ mod tests {
         }
     }
 
+    // spec-rule: d186fe1fb1 [Reader] A reader MUST read B from the trim marker of L, taking B as 0 when th…
     #[test]
     fn trim_marker_reader_accepts_leading_zeros() {
         // The spec: B "in ASCII decimal digits". Leading zeros are digits too: another

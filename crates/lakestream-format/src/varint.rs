@@ -144,6 +144,7 @@ mod tests {
         }
     }
 
+    // spec-rule: 6299d96336 [Writer] A writer MUST encode each varint32 in at most 5 bytes, with a value b…
     #[test]
     fn writer_emits_the_shortest_encoding() {
         // Our writer stays canonical: every value in the fewest bytes, never `80 00`.

@@ -57,6 +57,7 @@ fn section(log_id: i64, rest: &[u8]) -> Vec<u8> {
 
 // ---- WAL objects -----------------------------------------------------------------------------
 
+// spec-rule: 04717da605 [Reader] A reader MUST parse WAL objects by the layout below.
 #[test]
 fn wal_truncation_at_every_length_is_an_error() {
     for vector in [SPEC_WAL, TWO_LOG_WAL] {
@@ -68,6 +69,7 @@ fn wal_truncation_at_every_length_is_an_error() {
     }
 }
 
+// spec-rule: 8e2d4c22f7 [Reader] A reader SHOULD reject a WAL object whose index_version is not 3, and an…
 #[test]
 fn wal_reader_rule_index_version_must_be_3() {
     // [Reader] SHOULD reject index_version != 3; addendum §12 #1.
@@ -103,6 +105,7 @@ fn wal_writer_rule_varint32_at_most_5_bytes_and_2_pow_31_minus_1() {
     assert_corrupt(WalObject::parse(wal(3, &truncated, &[])), "WAL object", "truncated varint32");
 }
 
+// spec-rule: 04717da605 [Reader] A reader MUST parse WAL objects by the layout below.
 #[test]
 fn wal_reader_accepts_non_minimal_varint32s_of_another_writer() {
     // [Reader] MUST parse WAL objects by the layout: a varint32 is LEB128 of at most 5 bytes,
@@ -139,6 +142,7 @@ fn wal_writer_rule_a_log_id_in_at_most_one_section() {
     assert_corrupt(WalObject::parse(wal(3, &sections, &[1, 2])), "WAL object", "more than one section");
 }
 
+// spec-rule: 6c2c744c42 [Writer] Every entry MUST hold at least one record.
 #[test]
 fn wal_entry_count_and_record_count_at_least_1_and_log_ids_non_negative() {
     assert_corrupt(WalObject::parse(wal(3, &section(7, &[0]), &[])), "WAL object", "entry_count 0");
@@ -191,6 +195,7 @@ fn wal_builder_refuses_what_the_format_cannot_hold() {
     assert!(two.build_with_section_order(&[LogId(2), LogId(3)]).is_err());
 }
 
+// spec-rule: 6fe0818048 [Writer] A writer MUST write every RAW record with the values that this table give…
 #[test]
 fn wal_section_and_raw_record_must_agree_addendum_2() {
     let object = WalObject::parse(Bytes::from(unhex(SPEC_WAL))).unwrap();
@@ -237,6 +242,7 @@ fn entry_index_truncation_at_every_length_is_an_error() {
     }
 }
 
+// spec-rule: 8e2d4c22f7 [Reader] A reader SHOULD reject a WAL object whose index_version is not 3, and an…
 #[test]
 fn entry_index_reader_rule_version_must_be_3() {
     // [Reader] SHOULD reject an EntryIndex whose version is not 3; absent counts as not 3 (§4.3).
@@ -254,6 +260,7 @@ fn entry_index_unknown_or_absent_file_type_is_refused() {
     assert_corrupt(check(EntryIndex { file_type: None, ..raw_value() }), "EntryIndex", "file_type is absent");
 }
 
+// spec-rule: 4971f0bf1c [Reader] A reader MUST decide how to read a record's entries from its file_type, a…
 #[test]
 fn entry_index_reader_dispatches_on_file_type_never_index_type() {
     // [Reader] decide from file_type, MUST NOT use index_type: a RAW record with any index_type
@@ -266,6 +273,7 @@ fn entry_index_reader_dispatches_on_file_type_never_index_type() {
     }
 }
 
+// spec-rule: 9a592b674e [Writer] compression_type MUST be FastPFOR (1), and compressed_payload MUST hold e…
 #[test]
 fn entry_offsets_writer_rule_compression_type_must_be_fastpfor() {
     // [Writer] compression_type MUST be FastPFOR (1); NONE and ZSTD are unused; §12 #2.
@@ -340,6 +348,7 @@ fn entry_index_counts_and_sizes_must_be_present_and_in_range() {
     assert_corrupt(check(EntryIndex { location: None, ..raw_value() }), "EntryIndex", "without a location");
 }
 
+// spec-rule: 242bc7f5db [All] Every ExtraData pair MUST set both key and value.
 #[test]
 fn extra_data_all_rule_every_pair_sets_key_and_value() {
     // [All] Every ExtraData pair MUST set both key and value.
@@ -352,6 +361,7 @@ fn extra_data_all_rule_every_pair_sets_key_and_value() {
     }
 }
 
+// spec-rule: ba04da13e1 [All] The keys of the extraData pairs of one record MUST be distinct.
 #[test]
 fn extra_data_all_rule_keys_are_distinct() {
     // [All] The keys of the extraData pairs of one record MUST be distinct.
@@ -360,6 +370,7 @@ fn extra_data_all_rule_keys_are_distinct() {
     assert_corrupt(check(value), "EntryIndex", "appears more than once");
 }
 
+// spec-rule: ba7af4e0ef [Reader] A reader MUST NOT read the entries of a PARQUET record whose extraData ha…
 #[test]
 fn reader_rule_parquet_record_without_file_index_is_not_read() {
     // [Reader] MUST NOT read the entries of a PARQUET record without CompactedObjectFileIndex.
@@ -474,6 +485,7 @@ fn file_index_bytes(entries: &[(i64, i32, &[u8])]) -> Vec<u8> {
     out
 }
 
+// spec-rule: 3fa043136a [Compactor] The files of a file index MUST appear once each, in ascending last_off…
 #[test]
 fn file_index_strict_parse_addendum_6_4() {
     let fi = |entries: &[(i64, i32, &[u8])]| FileIndex::decode(&file_index_bytes(entries));
@@ -580,6 +592,7 @@ fn legacy_values_bad_strings_are_refused() {
     assert_corrupt(p(b"00000000000000000003-00000000000000000008-\xff-1"), S, "UTF-8");
 }
 
+// spec-rule: 04717da605 [Reader] A reader MUST parse WAL objects by the layout below.
 #[test]
 fn entry_offsets_reader_accepts_any_uncompressed_size() {
     // The spec does not constrain `uncompressed_size`: another writer's 12, 0, -1 or none

@@ -37,6 +37,7 @@ fn open(file: Vec<u8>) -> Result<CompactedFileReader<Bytes>, FormatError> {
     CompactedFileReader::open(Bytes::from(file), KNOWN_BINDINGS)
 }
 
+// spec-rule: 828de80d36 [Compactor] The payload of each row MUST hold the entry's payload unchanged.
 #[test]
 fn each_row_holds_its_entry_payload_unchanged() {
     let payloads = sample_payloads();
@@ -50,6 +51,7 @@ fn each_row_holds_its_entry_payload_unchanged() {
     assert_eq!(err.class(), ErrorClass::InvalidInput, "{err}");
 }
 
+// spec-rule: 525bf9b7ca [Compactor] A compactor MUST write each compacted file with an Avro record schema…
 #[test]
 fn schema_is_one_nullable_binary_column_under_the_binding_record_name() {
     let reader = open(write(&sample_payloads(), WriteOptions::default())).unwrap();
@@ -118,6 +120,7 @@ fn write_batch(schema: Arc<Schema>, columns: Vec<ArrayRef>, options: ArrowWriter
     writer.into_inner().unwrap()
 }
 
+// spec-rule: 2c254dbc1b [Reader] A reader MUST reject a compacted file whose entrySerDeType is not the ide…
 #[test]
 fn reader_rejects_an_entry_serde_type_it_does_not_implement() {
     for value in [
@@ -144,6 +147,7 @@ fn reader_rejects_a_missing_or_repeated_entry_serde_type() {
     assert!(err.to_string().contains("twice"), "{err}");
 }
 
+// spec-rule: 525bf9b7ca [Compactor] A compactor MUST write each compacted file with an Avro record schema…
 #[test]
 fn native_binding_files_carry_our_identifiers_byte_for_byte() {
     // The native binding (docs/format.md): the structure of every compacted file, under
@@ -178,6 +182,7 @@ fn native_binding_files_carry_our_identifiers_byte_for_byte() {
     );
 }
 
+// spec-rule: 2c254dbc1b [Reader] A reader MUST reject a compacted file whose entrySerDeType is not the ide…
 #[test]
 fn readers_accept_both_bindings_and_refuse_an_unknown_one() {
     // [Reader] MUST reject a file whose entrySerDeType is not a binding it implements: ours are

@@ -128,6 +128,7 @@ async fn drains(meta: &Meta, log: LogId) -> bool {
     lease::drain(meta, log, &config).await.unwrap() == DrainOutcome::Drained
 }
 
+// spec-rule: 2c1ecab615 [Writer, Compactor] An implementation MUST NOT delete a lease record before every…
 #[tokio::test(start_paused = true)]
 async fn a_lease_record_stays_until_a_read_finds_the_index_put_of_unknown_outcome() {
     let (meta, w) = stack();
@@ -154,6 +155,7 @@ async fn a_lease_record_stays_until_a_read_finds_the_index_put_of_unknown_outcom
     w.close().await;
 }
 
+// spec-rule: 2c1ecab615 [Writer, Compactor] An implementation MUST NOT delete a lease record before every…
 #[tokio::test(start_paused = true)]
 async fn a_put_still_unknown_after_a_session_timeout_lets_its_lease_go_only_with_the_session() {
     let (meta, w) = stack();

@@ -111,6 +111,8 @@ async fn race(meta: &Arc<Meta>, lower: &Writer, higher: &Writer, log: LogId, low
     keys::decode_trim_marker(&stored.value).unwrap()
 }
 
+// spec-rule: 402d4f8579 [All] An implementation MUST NOT decrease B.
+// spec-rule: c7bc99327d [Writer] A soft trim through offset o, inclusive, MUST compute B′ as the smaller o…
 #[tokio::test]
 async fn racing_soft_trims_never_decrease_b() {
     let clock = ManualClock::new(1_796_000_000_000);

@@ -152,6 +152,7 @@ fn payload(len: usize, tag: u8) -> Bytes {
     Bytes::from((0..len).map(|i| tag.wrapping_add(i as u8)).collect::<Vec<u8>>())
 }
 
+// spec-rule: 6299d96336 [Writer] A writer MUST encode each varint32 in at most 5 bytes, with a value betwe…
 #[tokio::test]
 async fn writer_output_varint32s_take_at_most_5_bytes_and_hold_at_most_2_pow_31_minus_1() {
     // [Writer] A writer MUST encode each varint32 in at most 5 bytes, with a value between 0
@@ -193,6 +194,7 @@ async fn writer_output_varint32s_take_at_most_5_bytes_and_hold_at_most_2_pow_31_
     assert_eq!(lengths_seen.into_iter().collect::<Vec<_>>(), [1, 2, 3, 4, 5], "every length was exercised");
 }
 
+// spec-rule: 6a3e51f773 [Writer] A log ID MUST appear in at most one log section of an object.
 #[tokio::test]
 async fn writer_output_a_log_id_appears_in_at_most_one_section() {
     // [Writer] A log ID MUST appear in at most one log section of an object. Entries of three
@@ -218,6 +220,7 @@ async fn writer_output_a_log_id_appears_in_at_most_one_section() {
     assert_eq!((by_log[&7], by_log[&70], by_log[&7_000_000_000]), (8, 4, 4));
 }
 
+// spec-rule: 1e8dbca8a7 [Writer] The payload of every entry, payload_size bytes from payload_offset, MUST…
 #[tokio::test]
 async fn writer_output_every_payload_lies_within_the_payload_region() {
     // [Writer] The payload of every entry, payload_size bytes from payload_offset, MUST lie
@@ -255,6 +258,9 @@ async fn writer_output_every_payload_lies_within_the_payload_region() {
     assert_eq!(covered, region, "the region holds the payloads and nothing else");
 }
 
+// spec-rule: 6fe0818048 [Writer] A writer MUST write every RAW record with the values that this table give…
+// spec-rule: a6f5cbf2f2 [Writer] A RAW record whose entry_count is greater than 1 MUST carry entry_offsets…
+// spec-rule: 9a592b674e [Writer] compression_type MUST be FastPFOR (1), and compressed_payload MUST hold e…
 #[tokio::test]
 async fn writer_output_a_raw_record_of_several_entries_carries_entry_offsets_from_its_section() {
     // [Writer] A RAW record whose entry_count is greater than 1 MUST carry entry_offsets,
@@ -301,6 +307,8 @@ async fn writer_output_a_raw_record_of_several_entries_carries_entry_offsets_fro
     );
 }
 
+// spec-rule: 242bc7f5db [All] Every ExtraData pair MUST set both key and value.
+// spec-rule: ba04da13e1 [All] The keys of the extraData pairs of one record MUST be distinct.
 #[tokio::test]
 async fn writer_output_extra_data_pairs_set_key_and_value_with_distinct_keys() {
     // [All] Every ExtraData pair MUST set both key and value; [All] the keys of one record's
