@@ -27,13 +27,16 @@ struct HeldPut {
     value: Bytes,
 }
 
-/// The in-memory store; the next sequenced put of `hold` is held back, and every delete is
-/// recorded.
+/// The in-memory store; the next sequenced put of `hold` is held back, so is the next write of
+/// `hold_marker`'s trim marker (and the read after it fails), and every delete is recorded.
 #[derive(Debug)]
 struct Meta {
     inner: InMemoryStore,
     hold: Mutex<Option<LogId>>,
     held: Mutex<Option<HeldPut>>,
+    hold_marker: Mutex<Option<LogId>>,
+    held_marker: Mutex<Option<(String, String, Bytes, PutCondition)>>,
+    fail_next_marker_read: Mutex<bool>,
     deletes: Mutex<Vec<String>>,
 }
 
@@ -43,14 +46,32 @@ impl Meta {
         let put = self.held.lock().unwrap().take().expect("a held put");
         self.inner.sequenced_put(&put.partition, &put.prefix, &put.deltas, put.value).await.unwrap()
     }
+
+    /// Applies the held trim-marker write, as the store's pipeline finally does.
+    async fn land_held_marker(&self) {
+        let (p, k, v, c) = self.held_marker.lock().unwrap().take().expect("a held marker write");
+        self.inner.put(&p, &k, v, c).await.unwrap();
+    }
 }
 
 #[async_trait]
 impl MetaStore for Meta {
     async fn get_cmp(&self, p: &str, k: &str, c: Comparison) -> MetaResult<Option<Record>> {
+        if k.starts_with("/mark-deleted-offsets/")
+            && std::mem::take(&mut *self.fail_next_marker_read.lock().unwrap())
+        {
+            return Err(MetaError::Unavailable("injected: the marker read failed".into()));
+        }
         self.inner.get_cmp(p, k, c).await
     }
     async fn put(&self, p: &str, k: &str, v: Bytes, c: PutCondition) -> MetaResult<WriteResult> {
+        let hold =
+            self.hold_marker.lock().unwrap().take_if(|log| *k == keys::trim_marker_key(*log)).is_some();
+        if hold {
+            *self.held_marker.lock().unwrap() = Some((p.into(), k.into(), v, c));
+            *self.fail_next_marker_read.lock().unwrap() = true;
+            return Err(MetaError::OutcomeUnknown("injected: no answer to the marker write".into()));
+        }
         self.inner.put(p, k, v, c).await
     }
     async fn delete(&self, p: &str, k: &str) -> MetaResult<bool> {
@@ -92,6 +113,9 @@ fn stack() -> (Arc<Meta>, Writer) {
         inner: InMemoryStore::with_config(1, shared.clone()).unwrap(),
         hold: Mutex::new(None),
         held: Mutex::new(None),
+        hold_marker: Mutex::new(None),
+        held_marker: Mutex::new(None),
+        fail_next_marker_read: Mutex::new(false),
         deletes: Mutex::new(Vec::new()),
     });
     let deps = WriterDeps {
@@ -188,5 +212,34 @@ async fn a_put_still_unknown_after_a_session_timeout_lets_its_lease_go_only_with
     let leases = lease::list_leases(meta.as_ref(), log).await.unwrap();
     assert_eq!(leases.len(), 1);
     assert_ne!(leases[0], lease_key);
+    w.close().await;
+}
+
+// spec-rule: 2c1ecab615 [Writer, Compactor] An implementation MUST NOT delete a lease record before ev…
+#[tokio::test(start_paused = true)]
+async fn a_lease_record_stays_until_a_read_shows_a_trim_marker_write_of_unknown_outcome() {
+    // The same rule for soft trim: its conditional marker write gets no answer, and the trim
+    // cannot read the marker again before it gives up. The write may still apply; the lease
+    // stays until a read shows the marker past the version the write expected.
+    let (meta, w) = stack();
+    let log = LogId(410);
+    for i in 0..4u8 {
+        w.append(log, Bytes::from(vec![i]), 1).await.unwrap();
+    }
+    let lease_key = lease::list_leases(meta.as_ref(), log).await.unwrap().remove(0);
+    *meta.hold_marker.lock().unwrap() = Some(log);
+    let err = w.soft_trim(log, 1).await.unwrap_err();
+    assert!(err.to_string().contains("marker read failed"), "{err}");
+    assert_eq!(w.unsettled_leases(), 1);
+    w.release_idle_leases(Duration::ZERO).await;
+    assert_eq!(lease::list_leases(meta.as_ref(), log).await.unwrap(), std::slice::from_ref(&lease_key));
+    assert!(!drains(&meta, log).await);
+
+    meta.land_held_marker().await;
+    w.release_idle_leases(Duration::ZERO).await;
+    assert_eq!(w.unsettled_leases(), 0, "the marker exists now: the create can no longer apply");
+    assert!(meta.deletes.lock().unwrap().contains(&lease_key), "released as usual once known");
+    let marker = meta.inner.get(&keys::partition(log), &keys::trim_marker_key(log)).await.unwrap().unwrap();
+    assert_eq!(marker.value.as_ref(), b"2");
     w.close().await;
 }
