@@ -25,7 +25,8 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use lakestream_format::{LogId, LogRef, keys};
+use lakestream_format::compacted::Binding;
+use lakestream_format::{LogId, LogRef, kafka, keys, native};
 use lakestream_meta::{MetaError, MetaStore, PutCondition, Version, lease};
 use tracing::{debug, info, warn};
 
@@ -82,7 +83,19 @@ impl Stream {
             stream: self.name.clone(),
         })
     }
+
+    /// The binding the stream's payloads follow, fixed by the properties it was created with:
+    /// the Kafka binding for a Kafka topic's stream, the native binding otherwise. It names
+    /// the stream's compacted files, and a front end appending to a Kafka topic's stream
+    /// checks every payload against it.
+    pub fn binding(&self) -> Binding {
+        native::binding_of_stream(&self.properties)
+    }
 }
+
+/// The properties that decide a stream's binding ([`Stream::binding`]); they cannot change
+/// after creation, or a stream's entries would follow one binding and its files another.
+pub const BINDING_PROPERTIES: &[&str] = &[kafka::TOPIC_NAME_PROPERTY, kafka::LEGACY_TOPIC_PROPERTY];
 
 /// What the catalog knows of one log: the [`LogRef`] a reader or compactor needs, and the
 /// log's partition index in its stream.
@@ -522,6 +535,8 @@ impl Catalog {
 
     /// Changes a live stream's properties: each `Some` value is set, each `None` removed.
     /// Returns the stream as changed. One compare-and-set, retried on a concurrent change.
+    /// The properties that decide the stream's binding ([`BINDING_PROPERTIES`]) are fixed at
+    /// creation: a change to one is refused ([`CatalogError::InvalidArgument`]).
     pub async fn update_stream_properties(
         &self,
         namespace: &str,
@@ -539,6 +554,14 @@ impl Catalog {
                     Some(v) => next.properties.insert(k.clone(), v.clone()),
                     None => next.properties.remove(k),
                 };
+            }
+            if let Some(fixed) = BINDING_PROPERTIES
+                .iter()
+                .find(|k| current.value.properties.get(**k) != next.properties.get(**k))
+            {
+                return Err(CatalogError::InvalidArgument(format!(
+                    "stream {namespace}/{name}: property {fixed:?} decides the stream's binding and is fixed at creation"
+                )));
             }
             if next == current.value {
                 return Ok(stream_of(current));

@@ -111,6 +111,7 @@ mod tests {
         }
     }
 
+    // spec-rule: 135b20f22a [Catalog] In format version 3, a stream namespace MUST NOT contain /.
     #[test]
     fn catalog_namespace_must_not_contain_slash() {
         // [Catalog] In format version 3, a stream namespace MUST NOT contain /.
@@ -118,6 +119,7 @@ mod tests {
         assert_eq!(rule_of(validate_namespace("/")), NameRule::ContainsSlash { byte_index: 0 });
     }
 
+    // spec-rule: 20275f9337 [Catalog] In format version 3, a stream name MUST NOT contain /.
     #[test]
     fn catalog_stream_name_must_not_contain_slash() {
         // [Catalog] In format version 3, a stream name MUST NOT contain /.

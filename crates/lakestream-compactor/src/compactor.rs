@@ -24,18 +24,19 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
-use lakestream_format::compacted::{self, Binding, CompactedFileWriter, KNOWN_BINDINGS};
+use lakestream_format::compacted::{self, Binding, CompactedFileWriter};
 use lakestream_format::companion::{self, CompanionRow, CompanionWriter};
 use lakestream_format::entry_index::{self, EntryIndex, IndexValue, ParquetRange};
 use lakestream_format::file_index::{FileIndex, FileIndexEntry};
 use lakestream_format::keys;
+use lakestream_format::native::NATIVE_BINDING;
 use lakestream_format::{Clock, Entry, LogId, LogRef, Offset};
 use lakestream_meta::lease::{self, TokenSource, WriteLease};
 use lakestream_meta::{MetaError, MetaStore, PutCondition, Session};
 use lakestream_objstore::{ObjectPath, ObjectStore};
 
 use crate::config::CompactorConfig;
-use crate::error::{CompactError, CompactResult};
+use crate::error::{C3_PUT, C4_DELETE_RANGE, C5_PUT, CompactError, CompactResult};
 use crate::fetch::{self, Fetched, LogWork};
 use crate::ledger;
 use crate::names;
@@ -68,7 +69,6 @@ pub struct Compactor {
 pub(crate) struct Inner {
     pub(crate) config: CompactorConfig,
     pub(crate) deps: CompactorDeps,
-    binding: Binding,
     session: tokio::sync::Mutex<Option<Arc<dyn Session>>>,
     /// Compactions whose C3 may have taken effect but whose C4 did not complete: retried
     /// with the same range and value before the log is planned again (spec MUST).
@@ -115,6 +115,30 @@ pub fn claim_key(log_id: LogId) -> String {
     format!("/lakestream-compaction-claims/{}", log_id.0)
 }
 
+/// A log to compact and the binding of its stream, which names its compacted files
+/// (`entrySerDeType` and the Avro record): [`lakestream_format::kafka::KAFKA_BINDING`] for a
+/// Kafka topic's stream, [`NATIVE_BINDING`] for every other stream. The caller knows it from
+/// the stream's properties: [`lakestream_format::native::binding_of_stream`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CompactionLog {
+    /// The log and its stream.
+    pub log: LogRef,
+    /// The binding of the log's stream.
+    pub binding: Binding,
+}
+
+impl CompactionLog {
+    /// A log of a stream that follows `binding`.
+    pub fn new(log: LogRef, binding: Binding) -> Self {
+        CompactionLog { log, binding }
+    }
+
+    /// A log of a stream that is not a Kafka topic: the native binding.
+    pub fn native(log: LogRef) -> Self {
+        CompactionLog { log, binding: NATIVE_BINDING }
+    }
+}
+
 /// One compacted file written in C2.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct WrittenFile {
@@ -135,6 +159,8 @@ pub struct WrittenFile {
 pub struct PreparedCompaction {
     /// The log.
     pub log: LogRef,
+    /// The binding its files were written for.
+    pub binding: Binding,
     /// The range.
     pub plan: RangePlan,
     /// The files, in offset order.
@@ -173,14 +199,9 @@ impl Compactor {
     /// A compactor over these components.
     pub fn new(config: CompactorConfig, deps: CompactorDeps) -> CompactResult<Compactor> {
         config.validate()?;
-        let binding = KNOWN_BINDINGS
-            .first()
-            .copied()
-            .ok_or_else(|| CompactError::InvalidInput("the format crate implements no binding".into()))?;
         Ok(Compactor {
             inner: Arc::new(Inner {
                 deps,
-                binding,
                 session: tokio::sync::Mutex::new(None),
                 pending: Mutex::new(HashMap::new()),
                 encoders: Arc::new(tokio::sync::Semaphore::new(
@@ -279,10 +300,20 @@ impl Compactor {
     }
 
     /// C2: reads the range's entries that end above B and writes them to compacted files with
-    /// companions, in the stream's directory. `None` when every entry of the range ends at or
-    /// below B (nothing to keep: hard trim removes those records).
+    /// companions, in the stream's directory, for a stream of the native binding. `None` when
+    /// every entry of the range ends at or below B (nothing to keep: hard trim removes those
+    /// records).
     pub async fn prepare(&self, log: &LogRef, plan: &RangePlan) -> CompactResult<Option<PreparedCompaction>> {
-        let b = records::trim_marker(self.meta(), log.log_id).await?;
+        self.prepare_as(&CompactionLog::native(log.clone()), plan).await
+    }
+
+    /// [`Compactor::prepare`] for a log whose stream follows `log.binding`.
+    pub async fn prepare_as(
+        &self,
+        log: &CompactionLog,
+        plan: &RangePlan,
+    ) -> CompactResult<Option<PreparedCompaction>> {
+        let b = records::trim_marker(self.meta(), log.log.log_id).await?;
         let mut out = self.prepare_many(&[(log, plan, b)]).await;
         out.pop().unwrap_or(Ok(None))
     }
@@ -293,13 +324,15 @@ impl Compactor {
     /// files, whose row groups encode on blocking threads. One result per log, in order.
     pub(crate) async fn prepare_many(
         &self,
-        work: &[(&LogRef, &RangePlan, Offset)],
+        work: &[(&CompactionLog, &RangePlan, Offset)],
     ) -> Vec<CompactResult<Option<PreparedCompaction>>> {
         let started_ms = self.now_ms();
         let deadline_ms =
             started_ms.saturating_add(CompactorConfig::ms(self.inner.config.max_compaction_duration));
-        let works: Vec<LogWork<'_>> =
-            work.iter().map(|(log, plan, b)| LogWork { log_id: log.log_id, plan, trim_marker: *b }).collect();
+        let works: Vec<LogWork<'_>> = work
+            .iter()
+            .map(|(log, plan, b)| LogWork { log_id: log.log.log_id, plan, trim_marker: *b })
+            .collect();
         let mut senders = Vec::with_capacity(works.len());
         let mut consumers = Vec::with_capacity(works.len());
         for (i, (log, plan, b)) in work.iter().enumerate() {
@@ -383,18 +416,19 @@ impl Compactor {
     /// hands them out, in order, into compacted files.
     async fn consume_range(
         &self,
-        log: &LogRef,
+        log: &CompactionLog,
         plan: &RangePlan,
         b: Offset,
         first_record: usize,
         deadline_ms: i64,
         mut entries: tokio::sync::mpsc::Receiver<RecordEntries>,
     ) -> CompactResult<Option<PreparedCompaction>> {
+        let (binding, log) = (log.binding, &log.log);
         let log_id = log.log_id;
         if first_record == plan.records.len() || b >= plan.end {
             return Ok(None); // every entry ends at or below B
         }
-        let mut files = FilesBuilder::new(self, log);
+        let mut files = FilesBuilder::new(self, log, binding);
         let mut expected = first_record;
         while let Some(message) = files.recv(&mut entries).await? {
             let (record_index, got) = message?;
@@ -441,6 +475,7 @@ impl Compactor {
             .encode();
         Ok(Some(PreparedCompaction {
             log: log.clone(),
+            binding,
             plan: plan.clone(),
             files: written,
             value: Bytes::from(value),
@@ -495,7 +530,7 @@ impl Compactor {
         self.meta()
             .put(&partition, &key, prepared.value.clone(), PutCondition::None)
             .await
-            .map_err(CompactError::meta(log_id, "C3 put"))?;
+            .map_err(CompactError::meta(log_id, C3_PUT))?;
         Ok(InstallOutcome::Installed)
     }
 
@@ -570,7 +605,7 @@ impl Compactor {
         self.meta()
             .delete_range(&keys::partition(log_id), &start, &end)
             .await
-            .map_err(CompactError::meta(log_id, "C4"))
+            .map_err(CompactError::meta(log_id, C4_DELETE_RANGE))
     }
 
     /// C5: raises the compaction cursor `/first-uncompacted-offset/{L}` in P(L) to `end`
@@ -593,7 +628,7 @@ impl Compactor {
             match self.meta().put(&partition, &key, value, condition).await {
                 Ok(_) => return Ok(()),
                 Err(MetaError::KeyExists { .. } | MetaError::VersionMismatch { .. }) => continue,
-                Err(e) => return Err(CompactError::meta(log_id, "C5 put")(e)),
+                Err(e) => return Err(CompactError::meta(log_id, C5_PUT)(e)),
             }
         }
         Ok(()) // the cursor is informational; another compactor keeps moving it
@@ -602,6 +637,14 @@ impl Compactor {
     /// C3, C4 and C5 under one write lease per attempt, repeated up to `install_attempts`
     /// times. Stops at once when the log is fenced, the claim's session ended, another
     /// compaction's record is in the way, or the deadline passed before C3 took effect.
+    ///
+    /// An attempt whose change ended with an unknown outcome (it may still take effect) keeps
+    /// its lease for the next attempt, so that the lease record is never deleted before the
+    /// change completed (spec "Leases"). The next attempt's Get of `K(L, e, c_e)` shows whether
+    /// a C3 Put landed (the key holds the value); a C4 DeleteRange or C5 Put is settled by
+    /// the next attempt's own, which completes the same change (no key can appear in C4's
+    /// range again, and C5 writes conditionally). If an unknown change is still unsettled when
+    /// `finish` returns, the lease goes with its session, which is closed, never by a delete.
     pub async fn finish(
         &self,
         claim: &Claim,
@@ -609,8 +652,19 @@ impl Compactor {
     ) -> CompactResult<InstallOutcome> {
         let log_id = prepared.log.log_id;
         let mut last = None;
+        // The lease of the previous attempt, kept because a change under it is unsettled.
+        let mut kept: Option<WriteLease> = None;
+        // An earlier attempt's C3 Put, or C4/C5, whose outcome is unknown and unsettled.
+        let (mut unsettled_c3, mut unsettled_rest) = (false, false);
         for _ in 0..self.inner.config.install_attempts {
-            let lease = self.acquire_lease(claim).await?;
+            let lease = match kept.take() {
+                Some(lease) if !*lease.session_ended().borrow() => lease,
+                _ => {
+                    // No lease kept, or its session ended (its record with it).
+                    (unsettled_c3, unsettled_rest) = (false, false);
+                    self.acquire_lease(claim).await?
+                }
+            };
             let result = async {
                 let (start, end) = (prepared.plan.start, prepared.plan.end);
                 let outcome = self.install(prepared, &lease).await?;
@@ -634,23 +688,69 @@ impl Compactor {
                 Ok::<_, CompactError>(outcome)
             }
             .await;
-            // Every change of the attempt has completed or failed: the lease may go.
-            if !*lease.session_ended().borrow() {
-                let _ = lease.release(self.meta()).await;
+            match &result {
+                // The key holds the value: every earlier C3 Put landed, and C4/C5 completed.
+                Ok(InstallOutcome::AlreadyInstalled) => (unsettled_c3, unsettled_rest) = (false, false),
+                // C4 and C5 completed; an earlier C3 Put this Get did not see may still land.
+                Ok(_) => unsettled_rest = false,
+                Err(e) => match e.unknown_change() {
+                    Some(C3_PUT) => unsettled_c3 = true,
+                    Some(_) => unsettled_rest = true,
+                    None => {}
+                },
             }
-            match result {
-                Ok(outcome) => return Ok(outcome),
+            let unsettled = unsettled_c3 || unsettled_rest;
+            let done = match result {
+                Ok(outcome) => Some(Ok(outcome)),
                 Err(e @ (CompactError::AlreadyCompacted { .. } | CompactError::DeadlinePassed { .. })) => {
-                    return Err(e);
+                    Some(Err(e))
                 }
-                Err(e @ CompactError::SessionEnded { .. }) => return Err(e),
+                Err(e @ CompactError::SessionEnded { .. }) => Some(Err(e)),
                 Err(e) => {
                     tracing::warn!(%log_id, error = %e, "C3/C4 attempt failed; repeating");
                     last = Some(e);
+                    None
                 }
+            };
+            match done {
+                Some(result) => {
+                    self.let_go(lease, unsettled).await;
+                    return result;
+                }
+                // Every change of the attempt has completed or failed: the lease may go.
+                None if !unsettled => self.let_go(lease, false).await,
+                None => kept = Some(lease),
             }
         }
+        if let Some(lease) = kept {
+            self.let_go(lease, unsettled_c3 || unsettled_rest).await;
+        }
         Err(last.unwrap_or(CompactError::SessionEnded { log_id }))
+    }
+
+    /// Lets a write lease go once the changes under it are over: deletes its record, unless
+    /// one of them has an unknown outcome no read settled (`unsettled`) and so may still take
+    /// effect; then the record goes with its session, which is closed (with the claims it
+    /// backs: the compactor opens a new session on its next use). The spec forbids deleting a
+    /// lease record before every change under it has completed, and lets the store remove it
+    /// when its session ends.
+    pub(crate) async fn let_go(&self, lease: WriteLease, unsettled: bool) {
+        if *lease.session_ended().borrow() {
+            return; // the record is gone with the session
+        }
+        if !unsettled {
+            let _ = lease.release(self.meta()).await;
+            return;
+        }
+        let session = lease.session().clone();
+        tracing::warn!(
+            log_id = %lease.log_id(),
+            session = %session.id(),
+            "a change under this write lease has an unknown outcome: closing its session instead of deleting the lease record"
+        );
+        if let Err(e) = session.close().await {
+            tracing::warn!(session = %session.id(), error = %e, "closing the session failed; its records go when it times out");
+        }
     }
 
     /// Finishes interrupted C4 steps the planner found, under a lease.
@@ -680,20 +780,29 @@ impl Compactor {
             Ok::<_, CompactError>(repairs.len())
         }
         .await;
-        if !*lease.session_ended().borrow() {
-            let _ = lease.release(self.meta()).await;
-        }
+        let unsettled = result.as_ref().err().and_then(CompactError::unknown_change).is_some();
+        self.let_go(lease, unsettled).await;
         result
     }
 
-    /// Compacts every closed range of one log: claim, retry pending C3/C4, finish interrupted
-    /// C4 steps, then plan → C2 → C3–C5 until no range is closed.
+    /// Compacts every closed range of one log of a stream of the native binding: claim, retry
+    /// pending C3/C4, finish interrupted C4 steps, then plan → C2 → C3–C5 until no range is
+    /// closed.
     pub async fn compact_log(
         &self,
         log: &LogRef,
         progress: ProgressFn<'_>,
     ) -> CompactResult<Vec<RangeReport>> {
-        let claim = self.claim(log.log_id).await?;
+        self.compact_log_as(&CompactionLog::native(log.clone()), progress).await
+    }
+
+    /// [`Compactor::compact_log`] for a log whose stream follows `log.binding`.
+    pub async fn compact_log_as(
+        &self,
+        log: &CompactionLog,
+        progress: ProgressFn<'_>,
+    ) -> CompactResult<Vec<RangeReport>> {
+        let claim = self.claim(log.log.log_id).await?;
         let mut outcomes = self.compact_claimed(&[(&claim, log)], progress).await;
         claim.release(self.meta()).await;
         outcomes.pop().unwrap_or(Ok(Vec::new()))
@@ -706,7 +815,7 @@ impl Compactor {
     /// outcome per log, in order.
     async fn compact_claimed(
         &self,
-        logs: &[(&Claim, &LogRef)],
+        logs: &[(&Claim, &CompactionLog)],
         progress: ProgressFn<'_>,
     ) -> Vec<CompactResult<Vec<RangeReport>>> {
         let mut outcomes: Vec<CompactResult<Vec<RangeReport>>> =
@@ -732,7 +841,7 @@ impl Compactor {
         for _ in 0..10_000 {
             let mut ready: Vec<(usize, Offset, RangePlan)> = Vec::new();
             for &i in &active {
-                let (claim, log) = logs[i];
+                let (claim, log) = (logs[i].0, &logs[i].1.log);
                 let planned = async {
                     let (b, records, planning) = self.plan_with_marker(log.log_id).await?;
                     self.repair(claim, &records, &planning.repairs, progress).await?;
@@ -758,11 +867,11 @@ impl Compactor {
             if ready.is_empty() {
                 break;
             }
-            let work: Vec<(&LogRef, &RangePlan, Offset)> =
+            let work: Vec<(&CompactionLog, &RangePlan, Offset)> =
                 ready.iter().map(|(i, b, plan)| (logs[*i].1, plan, *b)).collect();
             let prepared = self.prepare_many(&work).await;
             for ((i, _, plan), result) in ready.iter().zip(prepared) {
-                let (claim, log) = logs[*i];
+                let (claim, log) = (logs[*i].0, &logs[*i].1.log);
                 let finished = async {
                     let Some(prepared) = result? else { return Ok(None) };
                     tracing::debug!(log_id = %log.log_id, start = plan.start, end = plan.end, files = prepared.files.len(), "C2 done");
@@ -839,19 +948,29 @@ impl Compactor {
         pending.values().flatten().cloned().collect()
     }
 
-    /// One pass over `logs` (the catalog resolves them): compacts every closed range of each
-    /// log, `concurrent_logs` logs at a time (consecutive logs of the list, which are usually
-    /// the partitions of one stream and share WAL objects: each object is then fetched once
-    /// for all of them). A log another compactor holds is skipped; a failing log does not
-    /// stop the others.
+    /// [`Compactor::compact_logs_once`] over logs whose streams all follow the native binding
+    /// (none is a Kafka topic): their compacted files carry
+    /// [`lakestream_format::native::NATIVE_BINDING`]. A caller that may hold Kafka topics' logs
+    /// passes each log's binding to [`Compactor::compact_logs_once`] instead.
     pub async fn compact_once(&self, logs: &[LogRef], progress: ProgressFn<'_>) -> CompactReport {
+        let logs: Vec<CompactionLog> = logs.iter().cloned().map(CompactionLog::native).collect();
+        self.compact_logs_once(&logs, progress).await
+    }
+
+    /// One pass over `logs` (the catalog resolves them, each with its stream's binding):
+    /// compacts every closed range of each log, `concurrent_logs` logs at a time (consecutive
+    /// logs of the list, which are usually the partitions of one stream and share WAL objects:
+    /// each object is then fetched once for all of them). A log another compactor holds is
+    /// skipped; a failing log does not stop the others.
+    pub async fn compact_logs_once(&self, logs: &[CompactionLog], progress: ProgressFn<'_>) -> CompactReport {
         let mut report = CompactReport::default();
         for group in logs.chunks(self.inner.config.concurrent_logs.max(1)) {
-            let mut claimed: Vec<(Claim, &LogRef)> = Vec::new();
-            for log in group {
+            let mut claimed: Vec<(Claim, &CompactionLog)> = Vec::new();
+            for bound in group {
+                let log = &bound.log;
                 progress(&Progress::LogStarted { log_id: log.log_id });
                 match self.claim(log.log_id).await {
-                    Ok(claim) => claimed.push((claim, log)),
+                    Ok(claim) => claimed.push((claim, bound)),
                     Err(CompactError::Busy { log_id }) => {
                         report.busy.push(log_id);
                         progress(&Progress::LogDone { log_id });
@@ -863,9 +982,10 @@ impl Compactor {
                     }
                 }
             }
-            let refs: Vec<(&Claim, &LogRef)> = claimed.iter().map(|(c, l)| (c, *l)).collect();
+            let refs: Vec<(&Claim, &CompactionLog)> = claimed.iter().map(|(c, l)| (c, *l)).collect();
             let outcomes = self.compact_claimed(&refs, progress).await;
-            for ((claim, log), outcome) in claimed.into_iter().zip(outcomes) {
+            for ((claim, bound), outcome) in claimed.into_iter().zip(outcomes) {
+                let log = &bound.log;
                 claim.release(self.meta()).await;
                 match outcome {
                     Ok(ranges) => {
@@ -1042,6 +1162,7 @@ impl RowGroupBudget {
 struct FilesBuilder<'a> {
     compactor: &'a Compactor,
     log: &'a LogRef,
+    binding: Binding,
     current: Option<OpenFile<'a>>,
     written: Vec<WrittenFile>,
     payload_bytes: u64,
@@ -1149,8 +1270,8 @@ impl<'a> OpenFile<'a> {
 }
 
 impl<'a> FilesBuilder<'a> {
-    fn new(compactor: &'a Compactor, log: &'a LogRef) -> Self {
-        FilesBuilder { compactor, log, current: None, written: Vec::new(), payload_bytes: 0 }
+    fn new(compactor: &'a Compactor, log: &'a LogRef, binding: Binding) -> Self {
+        FilesBuilder { compactor, log, binding, current: None, written: Vec::new(), payload_bytes: 0 }
     }
 
     fn encode_err(&self, what: &'static str) -> impl FnOnce(lakestream_format::FormatError) -> CompactError {
@@ -1173,7 +1294,7 @@ impl<'a> FilesBuilder<'a> {
                 max_rows_per_row_group: usize::MAX,
                 max_row_group_bytes: usize::MAX,
             };
-            let data = CompactedFileWriter::new(self.compactor.inner.binding, &name, options)
+            let data = CompactedFileWriter::new(self.binding, &name, options)
                 .map_err(self.encode_err("compacted file"))?;
             let companion = CompanionWriter::new(companion::WriteOptions::default())
                 .map_err(self.encode_err("companion file"))?;

@@ -134,6 +134,20 @@ impl CompactError {
         matches!(self, CompactError::Lease { source: LeaseError::Fenced { .. }, .. })
     }
 
+    /// The change of the log's records that failed with an unknown outcome (it may still
+    /// take effect), if this is such a failure: C3's Put, C4's or a hard trim's DeleteRange,
+    /// C5's Put. The lease it ran under must not be released before the outcome is known.
+    pub fn unknown_change(&self) -> Option<&'static str> {
+        match self {
+            CompactError::Meta { operation, source: MetaError::OutcomeUnknown(_), .. }
+                if CHANGES_OF_A_LOG.contains(operation) =>
+            {
+                Some(operation)
+            }
+            _ => None,
+        }
+    }
+
     pub(crate) fn meta(log_id: LogId, operation: &'static str) -> impl FnOnce(MetaError) -> CompactError {
         move |source| CompactError::Meta { log_id, operation, source }
     }
@@ -143,6 +157,14 @@ impl CompactError {
         move |source| CompactError::Object { object, source }
     }
 }
+
+/// The `operation` of a [`CompactError::Meta`] for each change of a log's records made under
+/// a write lease.
+pub(crate) const C3_PUT: &str = "C3 put";
+pub(crate) const C4_DELETE_RANGE: &str = "C4";
+pub(crate) const C5_PUT: &str = "C5 put";
+pub(crate) const HARD_TRIM: &str = "hard trim";
+const CHANGES_OF_A_LOG: &[&str] = &[C3_PUT, C4_DELETE_RANGE, C5_PUT, HARD_TRIM];
 
 /// The result type of compactor operations.
 pub type CompactResult<T> = Result<T, CompactError>;

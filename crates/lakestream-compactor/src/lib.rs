@@ -13,8 +13,10 @@
 //! | [`names`] | compacted file names (`ls-{L}-{uuid}.parquet`) and WAL name times |
 //! | [`progress`] | progress events and reports |
 //!
-//! The crate takes the logs to compact as [`lakestream_format::LogRef`]s (the catalog
-//! resolves them) and knows nothing of the catalog. Time and randomness come from the
+//! The crate takes the logs to compact as [`CompactionLog`]s — a [`lakestream_format::LogRef`]
+//! and the binding of its stream, which names the compacted files (the catalog resolves both:
+//! [`lakestream_format::native::binding_of_stream`] of the stream's properties) — and knows
+//! nothing of the catalog. Time and randomness come from the
 //! injected [`lakestream_format::Clock`] and [`lakestream_meta::lease::TokenSource`].
 //! `docs/compaction.md` gives the design and the safety argument.
 //!
@@ -43,7 +45,8 @@ pub mod records;
 pub mod trim;
 
 pub use compactor::{
-    Claim, Compactor, CompactorDeps, InstallOutcome, PreparedCompaction, WrittenFile, claim_key,
+    Claim, CompactionLog, Compactor, CompactorDeps, InstallOutcome, PreparedCompaction, WrittenFile,
+    claim_key,
 };
 pub use config::{CompactorConfig, ConfigError, ParquetCodec};
 pub use error::{CompactError, CompactResult};

@@ -73,6 +73,7 @@ mod tests {
 
     use super::*;
 
+    // spec-rule: 9bc0ff7256 [Compactor] A compactor MUST give each compacted file a name that ends in .par…
     #[test]
     fn compacted_names_are_valid_and_carry_the_log() {
         // [Compactor] a name that ends in .parquet and contains .parquet nowhere else.

@@ -232,6 +232,7 @@ mod tests {
         assert_eq!((p.start, p.end, p.payload_bytes()), (0, 2, 120));
     }
 
+    // spec-rule: 05a5353448 [Compactor] The range MUST start at offset 0 or at the end offset of an earlie…
     #[test]
     fn c1_range_starts_after_the_last_parquet_record_and_stops_at_a_non_raw_one() {
         // C1: every record ending in (s, e] must be RAW; s is the end of an earlier record.
@@ -271,6 +272,7 @@ mod tests {
         assert_eq!((p.start, p.end), (5, 6), "the covered records are not planned again");
     }
 
+    // spec-rule: c4b514634e [Compactor] A compactor SHOULD keep entry_size_bytes below 2³¹; Appendix E giv…
     #[test]
     fn range_payload_stays_below_2_pow_31() {
         let big = MAX_RANGE_PAYLOAD / 2 + 1;

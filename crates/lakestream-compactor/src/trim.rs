@@ -15,7 +15,7 @@ use lakestream_format::keys;
 use lakestream_format::{LogRef, Offset};
 
 use crate::compactor::{Compactor, ensure_live};
-use crate::error::{CompactError, CompactResult};
+use crate::error::{CompactError, CompactResult, HARD_TRIM};
 use crate::ledger;
 use crate::progress::{HardTrimReport, Progress, ProgressFn};
 use crate::records;
@@ -90,12 +90,13 @@ impl Compactor {
                     &keys::covering_lookup_key(log_id, trim_to),
                 )
                 .await
-                .map_err(CompactError::meta(log_id, "hard trim"))
+                .map_err(CompactError::meta(log_id, HARD_TRIM))
         }
         .await;
-        if !*lease.session_ended().borrow() {
-            let _ = lease.release(self.meta()).await;
-        }
+        // A DeleteRange of unknown outcome may still take effect: its lease goes with its
+        // session, never by a delete before it completed.
+        let unsettled = result.as_ref().err().and_then(CompactError::unknown_change).is_some();
+        self.let_go(lease, unsettled).await;
         result?;
         report.records_removed = victims.len();
         tracing::info!(%log_id, trim_to, records = victims.len(), "hard-trimmed");

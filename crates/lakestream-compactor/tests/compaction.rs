@@ -64,6 +64,13 @@ impl Planned {
     }
 }
 
+// spec-rule: 1b2f6a683f [Reader] A reader MUST resolve the file names in a file index against the director…
+// spec-rule: da8dfcfa03 [Compactor] A compactor MUST write every PARQUET record with the values that this…
+// spec-rule: d2e7149b36 [Compactor] Each compacted file MUST be a Parquet file with exactly one row per en…
+// spec-rule: 828de80d36 [Compactor] The payload of each row MUST hold the entry's payload unchanged.
+// spec-rule: 6e4600fb6f [Reader] A reader MUST take the timestamp of an entry read from a compacted object…
+// spec-rule: ae4c35709f [Compactor] The compactor MUST read the key K(L, e, c_e) with Get; if the key exis…
+// spec-rule: d270924739 [Compactor] After step C3, or after skipping it, the compactor MUST delete the oth…
 #[tokio::test]
 async fn compaction_preserves_bytes_offsets_timestamps_and_the_last_key() {
     let s = Stack::new();
@@ -99,6 +106,9 @@ async fn compaction_preserves_bytes_offsets_timestamps_and_the_last_key() {
     w.close().await;
 }
 
+// spec-rule: afaff6b174 [Compactor] A compactor MUST write the compacted files of a log, and their compani…
+// spec-rule: d2e7149b36 [Compactor] Each compacted file MUST be a Parquet file with exactly one row per en…
+// spec-rule: 9ff4690c61 [Compactor] The entryHeader of each row MUST equal the header of the entry as read…
 #[tokio::test]
 async fn companion_rows_carry_each_entry_header_as_read_from_its_raw_record() {
     // [Compactor] The entryHeader of each row MUST equal the header of the entry as read from
@@ -193,6 +203,7 @@ async fn a_range_closes_only_when_old_enough_or_full() {
     w.close().await;
 }
 
+// spec-rule: 3fa043136a [Compactor] The files of a file index MUST appear once each, in ascending last_off…
 #[tokio::test]
 async fn a_new_file_starts_past_max_file_bytes() {
     let s = Stack::new();
@@ -211,6 +222,8 @@ async fn a_new_file_starts_past_max_file_bytes() {
     w.close().await;
 }
 
+// spec-rule: 3fa043136a [Compactor] The files of a file index MUST appear once each, in ascending last_off…
+// spec-rule: b0cbd8d113 [Compactor] The compacted files of a range MUST hold one row for every entry of th…
 #[tokio::test]
 async fn entries_ending_at_or_below_b_may_be_left_out_but_the_file_index_ends_at_e_minus_1() {
     // [Compactor] MUST hold one row for every entry of the range that ends above B; MAY leave
@@ -238,6 +251,8 @@ async fn entries_ending_at_or_below_b_may_be_left_out_but_the_file_index_ends_at
     w.close().await;
 }
 
+// spec-rule: 9ff4690c61 [Compactor] The entryHeader of each row MUST equal the header of the entry as read…
+// spec-rule: b0cbd8d113 [Compactor] The compacted files of a range MUST hold one row for every entry of th…
 #[tokio::test]
 async fn entries_below_b_left_out_of_a_straddling_record_keep_exact_cumulative_sizes() {
     // One RAW record of three entries; B inside it: the rows written are the entries from
@@ -273,6 +288,8 @@ async fn entries_below_b_left_out_of_a_straddling_record_keep_exact_cumulative_s
     w.close().await;
 }
 
+// spec-rule: d270924739 [Compactor] After step C3, or after skipping it, the compactor MUST delete the oth…
+// spec-rule: 0a53579984 [Compactor] If a compaction fails after step C3 has taken effect, the compactor MU…
 #[tokio::test]
 async fn a_crash_between_c3_and_c4_is_finished_by_the_next_compactor() {
     // [Compactor] If a compaction fails after step C3 has taken effect, the compactor MUST
@@ -301,6 +318,7 @@ async fn a_crash_between_c3_and_c4_is_finished_by_the_next_compactor() {
     w.close().await;
 }
 
+// spec-rule: 0a53579984 [Compactor] If a compaction fails after step C3 has taken effect, the compactor MU…
 #[tokio::test]
 async fn c3_and_c4_repeated_with_the_same_value_give_the_same_state() {
     // Idempotent retry (addendum §13.2).
@@ -314,6 +332,7 @@ async fn c3_and_c4_repeated_with_the_same_value_give_the_same_state() {
     w.close().await;
 }
 
+// spec-rule: d7b39dc25b [Compactor] A compaction MUST NOT replace or delete a PARQUET record that an earli…
 #[tokio::test]
 async fn a_parquet_record_of_an_earlier_compaction_is_never_replaced() {
     // [Compactor] A compaction MUST NOT replace or delete a PARQUET record that an earlier
@@ -331,6 +350,8 @@ async fn a_parquet_record_of_an_earlier_compaction_is_never_replaced() {
     w.close().await;
 }
 
+// spec-rule: d161565de4 [All] An implementation MUST NOT create an index key except by the sequenced put o…
+// spec-rule: ae4c35709f [Compactor] The compactor MUST read the key K(L, e, c_e) with Get; if the key exis…
 #[tokio::test]
 async fn c3_is_skipped_when_a_hard_trim_removed_the_key() {
     // C3: "if the key no longer exists, it MUST skip this step"; C4 still runs.
@@ -351,6 +372,7 @@ async fn c3_is_skipped_when_a_hard_trim_removed_the_key() {
     w.close().await;
 }
 
+// spec-rule: 96371d79e8 [Compactor] Compaction index updates of one log MUST NOT run concurrently with eac…
 #[tokio::test]
 async fn one_compactor_per_log_at_a_time_through_the_metadata_store() {
     // [Compactor] Compaction index updates of one log MUST NOT run concurrently.
@@ -368,6 +390,7 @@ async fn one_compactor_per_log_at_a_time_through_the_metadata_store() {
     a.claim(LogId(17)).await.unwrap();
 }
 
+// spec-rule: 3efab3bc24 [Compactor] A compactor SHOULD stop the compaction index update (C3–C5) and any ha…
 #[tokio::test]
 async fn c3_to_c5_stop_once_the_session_ends() {
     // [Compactor] SHOULD stop the compaction index update once it learns that the session
@@ -384,6 +407,7 @@ async fn c3_to_c5_stop_once_the_session_ends() {
     w.close().await;
 }
 
+// spec-rule: bc3a241078 [Writer, Compactor] If the fence exists, or the Get fails, the implementation MUST…
 #[tokio::test]
 async fn a_fenced_log_stops_the_compaction() {
     // [Compactor] repeat C3/C4 "until it can no longer acquire a write lease on L because L
@@ -405,6 +429,7 @@ async fn a_fenced_log_stops_the_compaction() {
     assert!(c.pending().is_empty(), "a fenced log's compaction is not retried");
 }
 
+// spec-rule: d345c153de [All] An implementation MUST NOT delete a compacted file that a compaction in prog…
 #[tokio::test]
 async fn c3_never_puts_after_the_deadline() {
     let Planned { s, w, log, c, claim, plan, .. } = Planned::new(13, 20, 3, "late", 27).await;
@@ -417,6 +442,7 @@ async fn c3_never_puts_after_the_deadline() {
     w.close().await;
 }
 
+// spec-rule: 0358c3f49d [Compactor] A hard trim MUST use an X at or below B, and MUST NOT remove the log's…
 #[tokio::test]
 async fn hard_trim_stays_at_or_below_b_and_keeps_the_last_record() {
     // [Compactor] A hard trim MUST use an X at or below B, and MUST NOT remove the log's last
@@ -457,6 +483,8 @@ async fn hard_trim_stays_at_or_below_b_and_keeps_the_last_record() {
     w.close().await;
 }
 
+// spec-rule: cedd7cd2ae [All] An implementation MUST NOT delete a WAL object while an index record of any…
+// spec-rule: e7a7efda67 [All] After the last index record that names a WAL object has been removed, an imp…
 #[tokio::test]
 async fn wal_objects_are_deleted_only_a_grace_period_after_their_last_record_went() {
     // [All] After the last index record that names a WAL object has been removed, an
@@ -493,6 +521,7 @@ async fn wal_objects_are_deleted_only_a_grace_period_after_their_last_record_wen
     w.close().await;
 }
 
+// spec-rule: cedd7cd2ae [All] An implementation MUST NOT delete a WAL object while an index record of any…
 #[tokio::test]
 async fn a_wal_object_shared_by_two_logs_waits_for_both() {
     let s = Stack::new();
@@ -536,6 +565,7 @@ fn one_batch_of_bytes(bytes: usize) -> WriterConfig {
     }
 }
 
+// spec-rule: d345c153de [All] An implementation MUST NOT delete a compacted file that a compaction in prog…
 #[tokio::test]
 async fn orphans_are_reclaimed_after_their_grace_period_and_young_files_are_kept() {
     let s = Stack::new();
@@ -647,6 +677,7 @@ async fn a_hard_trim_between_the_get_and_the_put_of_c3_leaves_a_record_below_b()
     w.close().await;
 }
 
+// spec-rule: 05a5353448 [Compactor] The range MUST start at offset 0 or at the end offset of an earlier in…
 #[tokio::test]
 async fn a_late_c3_re_checks_c1_and_never_covers_an_earlier_parquet_record() {
     // C1 holds when a compaction starts; a compaction whose C3 had not taken effect before its
@@ -688,6 +719,7 @@ async fn prepare_prefix(
     c.prepare(log, &plan).await.unwrap().unwrap()
 }
 
+// spec-rule: d7b39dc25b [Compactor] A compaction MUST NOT replace or delete a PARQUET record that an earli…
 #[tokio::test]
 async fn a_stale_compaction_whose_key_a_later_compaction_removed_runs_no_c4() {
     // The key of R_k is absent here because a later compaction retired it, not because of a
@@ -706,6 +738,7 @@ async fn a_stale_compaction_whose_key_a_later_compaction_removed_runs_no_c4() {
     w.close().await;
 }
 
+// spec-rule: d7b39dc25b [Compactor] A compaction MUST NOT replace or delete a PARQUET record that an earli…
 #[tokio::test]
 async fn a_stale_compaction_inside_an_installed_range_is_refused() {
     // A PARQUET record [0, 4) whose C4 has not run yet covers [0, 2): a stale compaction of
@@ -743,6 +776,7 @@ async fn claimed_and_prepared(
     (claim, prepared)
 }
 
+// spec-rule: 3efab3bc24 [Compactor] A compactor SHOULD stop the compaction index update (C3–C5) and any ha…
 #[tokio::test]
 async fn a_compactor_stops_c3_to_c5_and_hard_trims_once_its_session_ends() {
     // [Compactor] A compactor SHOULD stop the compaction index update (C3–C5) and any hard
@@ -803,6 +837,9 @@ async fn a_compactor_stops_c3_to_c5_and_hard_trims_once_its_session_ends() {
     w.close().await;
 }
 
+// spec-rule: c1370562c3 [Writer, Compactor] An implementation MUST hold a write lease on L while it publis…
+// spec-rule: 2c1ecab615 [Writer, Compactor] An implementation MUST NOT delete a lease record before every…
+// spec-rule: 31b5e75b0b [Compactor] A compactor MUST acquire a write lease on L before each attempt at ste…
 #[tokio::test]
 async fn the_write_lease_is_held_from_c3_through_c4() {
     // [Compactor] A compactor MUST acquire a write lease on L before each attempt at step C3
@@ -832,6 +869,8 @@ async fn the_write_lease_is_held_from_c3_through_c4() {
     assert!(lease::list_leases(s.meta.as_ref(), log.log_id).await.unwrap().is_empty(), "released after");
 }
 
+// spec-rule: c1370562c3 [Writer, Compactor] An implementation MUST hold a write lease on L while it publis…
+// spec-rule: 731f7d40ad [Compactor] A compactor SHOULD delete such files before it hard-trims the records…
 #[tokio::test]
 async fn hard_trim_deletes_the_compacted_files_before_the_records_that_name_them() {
     // [Compactor] A compactor SHOULD delete such files before it hard-trims the records that
@@ -865,6 +904,7 @@ async fn hard_trim_deletes_the_compacted_files_before_the_records_that_name_them
     w.close().await;
 }
 
+// spec-rule: 3088925c53 [Compactor] Every compacted file of the range and its companion MUST be completely…
 #[tokio::test]
 async fn c2_writes_every_file_and_companion_before_c3() {
     // [Compactor] Every compacted file of the range and its companion MUST be completely
@@ -946,6 +986,8 @@ async fn objects_of_hundreds_of_logs_read_back_raw_and_after_compaction() {
     w.close().await;
 }
 
+// spec-rule: 9bc0ff7256 [Compactor] A compactor MUST give each compacted file a name that ends in .parquet…
+// spec-rule: 5c928435fa [Compactor] A compactor MUST NOT change or overwrite a compacted file or a compani…
 #[tokio::test]
 async fn compacted_files_are_written_once_and_never_overwritten() {
     // [Compactor] A compactor MUST NOT change or overwrite a compacted file or a companion

@@ -817,6 +817,7 @@ fn env_u64(name: &str, default: u64) -> u64 {
     }
 }
 
+// spec-rule: d161565de4 [All] An implementation MUST NOT create an index key except by the sequenced put o…
 #[test]
 fn simulation_keeps_every_protocol_property() {
     let steps = env_u64("LAKESTREAM_SIM_STEPS", 150) as usize;
@@ -890,6 +891,7 @@ fn the_checker_catches_a_compaction_that_deletes_before_installing() {
     });
 }
 
+// spec-rule: cedd7cd2ae [All] An implementation MUST NOT delete a WAL object while an index record of any…
 #[test]
 fn the_checker_catches_a_wal_object_deleted_while_named() {
     runtime().block_on(async {

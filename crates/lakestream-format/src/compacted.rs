@@ -85,8 +85,10 @@ impl Binding {
     }
 }
 
-/// The bindings this crate implements; readers accept these by default.
-pub const KNOWN_BINDINGS: &[Binding] = &[crate::kafka::KAFKA_BINDING];
+/// The bindings this crate implements, which readers accept: the Kafka binding (Appendix A)
+/// and the native binding of every other stream ([`crate::native`]). A file of any other
+/// binding is refused (spec: [Reader] MUST reject an `entrySerDeType` it does not implement).
+pub const KNOWN_BINDINGS: &[Binding] = &[crate::kafka::KAFKA_BINDING, crate::native::NATIVE_BINDING];
 
 /// The checks a compacted file name must pass: it ends in `.parquet`, contains `.parquet`
 /// nowhere else, has a non-empty stem, and contains no `/` (names are relative to the
@@ -703,6 +705,7 @@ mod tests {
     use super::*;
     use crate::kafka::KAFKA_BINDING;
 
+    // spec-rule: 9bc0ff7256 [Compactor] A compactor MUST give each compacted file a name that ends in .par…
     #[test]
     fn compacted_names_end_in_parquet_once() {
         assert_eq!(companion_name("7-0.parquet").unwrap(), "7-0.index");
@@ -712,6 +715,7 @@ mod tests {
         }
     }
 
+    // spec-rule: 525bf9b7ca [Compactor] A compactor MUST write each compacted file with an Avro record sch…
     #[test]
     fn kafka_avro_schema_is_byte_exact() {
         assert_eq!(

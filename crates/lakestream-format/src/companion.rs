@@ -663,6 +663,7 @@ mod tests {
         decompress(gzip_bytes, u64::MAX).unwrap()
     }
 
+    // spec-rule: edd7fbe36c [All] An implementation that writes a structure defined by a field table MUST…
     #[test]
     fn entry_header_emits_present_zeros_in_field_order() {
         // proto3 `optional`: explicit presence, so offset 0 is still written.
@@ -688,6 +689,7 @@ mod tests {
         assert_eq!(CompanionRow::from_metadata(&decoded).unwrap(), row(4, 1, 3, 9));
     }
 
+    // spec-rule: 1c414b48b6 [Compactor] Every block except the last MUST hold at least one row.
     #[test]
     fn exact_multiple_of_block_size_ends_with_an_empty_block() {
         let rows = [row(0, 1, 1, 1), row(1, 1, 1, 2)];
@@ -702,6 +704,7 @@ mod tests {
         );
     }
 
+    // spec-rule: 1c414b48b6 [Compactor] Every block except the last MUST hold at least one row.
     #[test]
     fn no_empty_block_before_the_last() {
         let rows: Vec<_> = (0..5).map(|i| row(i, 1, 1, i + 1)).collect();

@@ -111,7 +111,8 @@ pub struct EntryOffsets {
     /// Must be FastPFOR (1).
     #[prost(enumeration = "CompressionType", optional, tag = "1")]
     pub compression_type: Option<i32>,
-    /// Ursa writes 4 × n, the byte size of the boundaries as int32s.
+    /// Ursa writes 4 × n, the byte size of the boundaries as int32s, and so do we. The spec
+    /// does not constrain it, so readers ignore it.
     #[prost(int32, optional, tag = "2")]
     pub uncompressed_size: Option<i32>,
     /// The `IntegratedIntCompressor` words, each a big-endian int32.
@@ -416,14 +417,22 @@ impl ParquetRecord {
 /// non-positive `message_count`, a missing or negative `entry_size_bytes`; extraData pairs
 /// without key or value, or with a repeated key. For RAW: a missing location, `entry_count`
 /// below 1, missing `entry_offsets` when `entry_count` > 1, `compression_type` other than
-/// FastPFOR, `uncompressed_size` other than 4n, word 0 ≠ `entry_count`, boundaries that do
-/// not increase, and `A[n−1]` ≠ `message_count`. For PARQUET: no `CompactedObjectFileIndex`
+/// FastPFOR, word 0 ≠ `entry_count`, boundaries that do not increase, and `A[n−1]` ≠
+/// `message_count`. `uncompressed_size` may hold any value or be absent (the spec does not
+/// constrain it; [`EntryIndex::raw`] writes 4n). For PARQUET: no `CompactedObjectFileIndex`
 /// pair, or one that is not a valid file index.
 pub fn decode(bytes: &[u8]) -> Result<IndexValue> {
     legacy::check_not_legacy_index_value(bytes)?;
     let message =
         EntryIndex::decode(bytes).map_err(|e| corrupt(format!("not a protobuf EntryIndex: {e}")))?;
     validate(message)
+}
+
+/// The fields of an index value as written, without the checks of [`decode`]: for tools and
+/// tests that look at what a writer put there, right or wrong. Fails only on bytes that are
+/// not a protobuf `EntryIndex` at all.
+pub fn decode_fields(bytes: &[u8]) -> Result<EntryIndex> {
+    EntryIndex::decode(bytes).map_err(|e| corrupt(format!("not a protobuf EntryIndex: {e}")))
 }
 
 /// Validates a decoded [`EntryIndex`] (see [`decode`]).
@@ -513,11 +522,8 @@ fn decode_boundaries(offsets: &EntryOffsets, entry_count: u32, message_count: u3
         Some(other) => return Err(corrupt(format!("compression_type {other}; only FastPFOR (1) is used"))),
         None => return Err(corrupt("compression_type is absent; must be FastPFOR (1)")),
     }
-    if let Some(size) = offsets.uncompressed_size
-        && i64::from(size) != 4 * i64::from(entry_count)
-    {
-        return Err(corrupt(format!("uncompressed_size {size} is not 4 x entry_count {entry_count}")));
-    }
+    // `uncompressed_size` is not read: the spec sets no value for it (Ursa writes 4n, and so
+    // do we), so another writer's value, or none, must not make the record unreadable.
     let payload =
         offsets.compressed_payload.as_deref().ok_or_else(|| corrupt("compressed_payload is absent"))?;
     let words = entry_offsets::words_from_be_bytes(payload)?;

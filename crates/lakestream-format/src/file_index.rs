@@ -251,6 +251,7 @@ mod tests {
         assert!(idx.locate(11, 11).is_err(), "start above the first file's last offset");
     }
 
+    // spec-rule: 9bc0ff7256 [Compactor] A compactor MUST give each compacted file a name that ends in .par…
     #[test]
     fn names_must_end_in_parquet_once() {
         for bad in ["a.index", "a.parquet.parquet", "a.parquetx", ""] {

@@ -7,7 +7,10 @@
 //!   [`assign_offsets`] rewrites the batches' offsets for a reader; [`decode_records`] decodes
 //!   each record (offset, timestamp, key, value, headers), e.g. for table rows.
 //! * **Compacted objects.** [`KAFKA_BINDING`]: `entrySerDeType` `KAFKA_BATCHED_RAW_PARQUET`,
-//!   Avro record `KafkaMessage`.
+//!   Avro record `KafkaMessage`. Only a Kafka topic's stream (one created with
+//!   [`topic_stream_properties`]) carries them; every other stream follows the native binding
+//!   ([`crate::native`]). A payload appended to a topic's stream, over any API, must pass
+//!   [`check_entry`].
 //!
 //! Both batch formats put the magic byte at position 16, after an 8-byte offset and a 4-byte
 //! length, so a payload is walked batch by batch and each is checked by its magic:
@@ -55,6 +58,35 @@ pub const KAFKA_BINDING: Binding =
 
 /// The namespace of every Kafka topic's stream.
 pub const NAMESPACE: &str = "default";
+
+/// The stream property that names the Kafka topic a stream stores (Appendix A). A stream
+/// created with it follows the Kafka binding ([`crate::native::binding_of_stream`]): its
+/// payloads must be complete record batches and its compacted files carry [`KAFKA_BINDING`].
+pub const TOPIC_NAME_PROPERTY: &str = "lakestream.kafka.topic.name";
+
+/// The stream property that names the stream's source; for a Kafka topic, the topic name
+/// (Appendix A).
+pub const SOURCE_LOGICAL_NAME_PROPERTY: &str = "lakestream.source.logical.name";
+
+/// The property our Kafka front end gave topic streams before it wrote the spec's two; such a
+/// stream is a Kafka topic as well.
+pub const LEGACY_TOPIC_PROPERTY: &str = "kafka.topic";
+
+/// The properties a Kafka topic's stream is created with (Appendix A): both
+/// [`TOPIC_NAME_PROPERTY`] and [`SOURCE_LOGICAL_NAME_PROPERTY`] hold the topic name.
+pub fn topic_stream_properties(topic: &str) -> std::collections::BTreeMap<String, String> {
+    std::collections::BTreeMap::from([
+        (TOPIC_NAME_PROPERTY.to_owned(), topic.to_owned()),
+        (SOURCE_LOGICAL_NAME_PROPERTY.to_owned(), topic.to_owned()),
+    ])
+}
+
+/// Whether a stream with these properties stores a Kafka topic: it carries
+/// [`TOPIC_NAME_PROPERTY`] (or, created by an earlier version of our front end,
+/// [`LEGACY_TOPIC_PROPERTY`]).
+pub fn is_topic_stream(properties: &std::collections::BTreeMap<String, String>) -> bool {
+    properties.contains_key(TOPIC_NAME_PROPERTY) || properties.contains_key(LEGACY_TOPIC_PROPERTY)
+}
 
 /// The text between a topic name and its topic ID in a stream name.
 pub const TOPIC_ID_SEPARATOR: &str = "-topic-id-";
@@ -142,6 +174,22 @@ impl Default for Limits {
 /// Validates an entry payload with the default [`Limits`] and returns its record count.
 pub fn count_records(payload: &[u8]) -> Result<u32> {
     count_records_with(payload, Limits::default())
+}
+
+/// The [Writer] payload rules of Appendix A for an entry of a Kafka topic's stream: the payload
+/// is one or more complete record batches (checked as [`count_records`] does), and the entry's
+/// record count, when the producer gave one, equals the records in those batches. Returns the
+/// record count the entry takes. A front end calls this for every entry it appends to a Kafka
+/// topic's stream, whatever the API, and refuses the entry on error (invalid input).
+pub fn check_entry(payload: &[u8], record_count: Option<u32>) -> Result<u32> {
+    let counted = count_records(payload)?;
+    match record_count {
+        Some(given) if given != counted => Err(FormatError::invalid(
+            STRUCTURE,
+            format!("the entry declares {given} records, its record batches hold {counted}"),
+        )),
+        _ => Ok(counted),
+    }
 }
 
 /// Validates an entry payload against the binding's rules and returns the total number of
@@ -758,6 +806,7 @@ mod tests {
         assert_eq!(read_varint(&[0x80]), None);
     }
 
+    // spec-rule: 1b06759306 [Writer] A Kafka entry payload MUST be exactly the bytes of one or more comple…
     #[test]
     fn empty_payload_is_refused() {
         let err = count_records(&[]).unwrap_err();

@@ -177,7 +177,9 @@ pub fn encode_trim_marker(b: u64) -> Vec<u8> {
     b.to_string().into_bytes()
 }
 
-/// Decodes a trim marker value, refusing anything but canonical ASCII decimal digits.
+/// Decodes a trim marker value: ASCII decimal digits, nothing else. The spec asks for B "in
+/// ASCII decimal digits" and no more, so leading zeros another writer may put there are
+/// accepted (`007` is 7); [`encode_trim_marker`] never writes them.
 pub fn decode_trim_marker(value: &[u8]) -> Result<u64> {
     const S: &str = "trim marker";
     if value.is_empty() || !value.iter().all(u8::is_ascii_digit) {
@@ -186,16 +188,16 @@ pub fn decode_trim_marker(value: &[u8]) -> Result<u64> {
             format!("value {:?} is not ASCII decimal digits", String::from_utf8_lossy(value)),
         ));
     }
-    if value.len() > 1 && value[0] == b'0' {
-        return Err(FormatError::corrupt(
-            S,
-            format!("value {:?} has leading zeros", String::from_utf8_lossy(value)),
-        ));
-    }
     let text = std::str::from_utf8(value).map_err(|_| FormatError::corrupt(S, "not UTF-8"))?;
-    let b: u64 = text
-        .parse()
-        .map_err(|_| FormatError::corrupt(S, format!("value {text:?} does not fit in 64 bits")))?;
+    // Leading zeros add nothing; what is left must fit in 64 bits.
+    let digits = text.trim_start_matches('0');
+    let b: u64 = if digits.is_empty() {
+        0
+    } else {
+        digits
+            .parse()
+            .map_err(|_| FormatError::corrupt(S, format!("value {text:?} does not fit in 64 bits")))?
+    };
     if b > MAX {
         return Err(FormatError::corrupt(S, format!("value {text} exceeds 2^63-1")));
     }
@@ -231,6 +233,7 @@ mod tests {
         assert_eq!(k.encode().len(), INDEX_KEY_LEN);
     }
 
+    // spec-rule: 8240198bb4 [All] An implementation MUST keep every record of log L that this specificatio…
     #[test]
     fn partition_is_decimal_without_leading_zeros() {
         // [All] records of L live in P(L), the decimal L without leading zeros.
@@ -283,10 +286,22 @@ mod tests {
     #[test]
     fn trim_marker_values() {
         assert_eq!(encode_trim_marker(12), b"12");
+        assert_eq!(encode_trim_marker(0), b"0");
         assert_eq!(decode_trim_marker(b"0").unwrap(), 0);
         assert_eq!(decode_trim_marker(b"12").unwrap(), 12);
-        for bad in [&b""[..], b"-1", b"012", b"1 ", b"99999999999999999999"] {
+        for bad in [&b""[..], b"-1", b"+1", b"1 ", b" 1", b"1\n", b"0x1", b"99999999999999999999"] {
             assert!(decode_trim_marker(bad).is_err(), "{bad:?}");
         }
+    }
+
+    // spec-rule: d186fe1fb1 [Reader] A reader MUST read B from the trim marker of L, taking B as 0 when th…
+    #[test]
+    fn trim_marker_reader_accepts_leading_zeros() {
+        // The spec: B "in ASCII decimal digits". Leading zeros are digits too: another
+        // writer's `012` is B = 12, and a long run of zeros is still a small number.
+        assert_eq!(decode_trim_marker(b"012").unwrap(), 12);
+        assert_eq!(decode_trim_marker(b"00").unwrap(), 0);
+        assert_eq!(decode_trim_marker(b"0000000000000000000000000009223372036854775807").unwrap(), MAX);
+        assert!(decode_trim_marker(b"09223372036854775808").is_err(), "above 2^63-1");
     }
 }

@@ -14,6 +14,7 @@
 //! | [`companion`] | the gzip `.index` companion of a compacted file |
 //! | [`compacted`] | compacted Parquet files (one nullable BINARY column `payload`) |
 //! | [`kafka`] | the Kafka binding (Appendix A): record-batch validation and stream identity |
+//! | [`native`] | the native binding of every stream that is not a Kafka topic |
 //! | [`legacy`] | read-only parsers for format versions 1 and 2 (Appendix C) |
 #![deny(missing_docs)]
 
@@ -27,6 +28,7 @@ pub mod file_index;
 pub mod kafka;
 pub mod keys;
 pub mod legacy;
+pub mod native;
 pub mod types;
 mod varint;
 pub mod wal;

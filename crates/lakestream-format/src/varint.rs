@@ -2,9 +2,11 @@
 //! group first, continuation bit 0x80 on every byte except the last), limited to 5 bytes and to
 //! values between 0 and 2³¹ − 1 ("WAL objects", [Writer] varint32 rule; addendum §2).
 //!
-//! The reader is strict where Ursa's is lenient (addendum §12 #7): it refuses a truncated
-//! varint, an encoding longer than 5 bytes, a value above 2³¹ − 1, and a non-minimal
-//! ("overlong") encoding such as `80 00` for 0, which no conforming writer produces.
+//! The writer always emits the shortest encoding. The reader accepts every encoding a
+//! conforming writer may produce: the spec bounds a varint32 to 5 bytes and 2³¹ − 1 but does
+//! not require the shortest form, so a non-minimal encoding such as `80 00` for 0 is read as
+//! its value. It refuses a truncated varint, an encoding longer than 5 bytes and a value above
+//! 2³¹ − 1, which break the [Writer] rule.
 
 /// The largest value a varint32 may hold: 2³¹ − 1.
 pub(crate) const VARINT32_MAX: u32 = i32::MAX as u32;
@@ -21,8 +23,6 @@ pub(crate) enum VarintError {
     TooLong,
     /// The value exceeds 2³¹ − 1.
     TooLarge(u64),
-    /// The encoding has redundant high zero groups (e.g. `80 00`).
-    NotMinimal,
 }
 
 impl std::fmt::Display for VarintError {
@@ -31,7 +31,6 @@ impl std::fmt::Display for VarintError {
             VarintError::Truncated => f.write_str("truncated varint32"),
             VarintError::TooLong => f.write_str("varint32 longer than 5 bytes"),
             VarintError::TooLarge(v) => write!(f, "varint32 value {v} exceeds 2^31-1"),
-            VarintError::NotMinimal => f.write_str("varint32 is not minimally encoded"),
         }
     }
 }
@@ -68,10 +67,6 @@ pub(crate) fn read_varint32(bytes: &[u8], pos: &mut usize) -> Result<u32, Varint
         };
         value |= u64::from(byte & 0x7F) << (7 * i);
         if byte & 0x80 == 0 {
-            // A last byte of 0 after at least one other byte adds nothing: non-minimal.
-            if byte == 0 && i > 0 {
-                return Err(VarintError::NotMinimal);
-            }
             if value > u64::from(VARINT32_MAX) {
                 return Err(VarintError::TooLarge(value));
             }
@@ -130,8 +125,34 @@ mod tests {
         // Truncated.
         assert_eq!(read_varint32(&[0x80], &mut 0), Err(VarintError::Truncated));
         assert_eq!(read_varint32(&[], &mut 0), Err(VarintError::Truncated));
-        // Overlong zero.
-        assert_eq!(read_varint32(&[0x80, 0x00], &mut 0), Err(VarintError::NotMinimal));
-        assert_eq!(read_varint32(&[0x85, 0x80, 0x00], &mut 0), Err(VarintError::NotMinimal));
+    }
+
+    #[test]
+    fn reader_accepts_non_minimal_encodings_within_5_bytes() {
+        // The spec bounds a varint32 by 5 bytes and 2^31 - 1, not by the shortest form: a
+        // reader takes another writer's `80 00` as 0.
+        for (bytes, value) in [
+            (&[0x80, 0x00][..], 0),
+            (&[0x85, 0x80, 0x00], 5),
+            (&[0x80, 0x80, 0x80, 0x80, 0x00], 0),
+            (&[0xFF, 0xFF, 0xFF, 0xFF, 0x07], VARINT32_MAX),
+            (&[0xFF, 0x80, 0x80, 0x80, 0x00], 127),
+        ] {
+            let mut pos = 0;
+            assert_eq!(read_varint32(bytes, &mut pos), Ok(value), "{bytes:02x?}");
+            assert_eq!(pos, bytes.len(), "{bytes:02x?}");
+        }
+    }
+
+    // spec-rule: 6299d96336 [Writer] A writer MUST encode each varint32 in at most 5 bytes, with a value b…
+    #[test]
+    fn writer_emits_the_shortest_encoding() {
+        // Our writer stays canonical: every value in the fewest bytes, never `80 00`.
+        for v in
+            [0, 1, 127, 128, 300, 16383, 16384, 0x1F_FFFF, 0x20_0000, 0x0FFF_FFFF, 0x1000_0000, VARINT32_MAX]
+        {
+            let bytes = encode(v);
+            assert!(bytes.len() == 1 || *bytes.last().unwrap() != 0, "{v}: {bytes:02x?}");
+        }
     }
 }

@@ -57,6 +57,7 @@ fn section(log_id: i64, rest: &[u8]) -> Vec<u8> {
 
 // ---- WAL objects -----------------------------------------------------------------------------
 
+// spec-rule: 04717da605 [Reader] A reader MUST parse WAL objects by the layout below.
 #[test]
 fn wal_truncation_at_every_length_is_an_error() {
     for vector in [SPEC_WAL, TWO_LOG_WAL] {
@@ -68,6 +69,7 @@ fn wal_truncation_at_every_length_is_an_error() {
     }
 }
 
+// spec-rule: 8e2d4c22f7 [Reader] A reader SHOULD reject a WAL object whose index_version is not 3, and an…
 #[test]
 fn wal_reader_rule_index_version_must_be_3() {
     // [Reader] SHOULD reject index_version != 3; addendum §12 #1.
@@ -99,10 +101,24 @@ fn wal_writer_rule_varint32_at_most_5_bytes_and_2_pow_31_minus_1() {
     assert_corrupt(WalObject::parse(wal(3, &six_byte_count, &[9])), "WAL object", "longer than 5 bytes");
     let too_large_size = section(7, &[1, 0, 0x80, 0x80, 0x80, 0x80, 0x08, 1]);
     assert_corrupt(WalObject::parse(wal(3, &too_large_size, &[9])), "WAL object", "exceeds 2^31-1");
-    let overlong_offset = section(7, &[1, 0x80, 0x00, 1, 1]);
-    assert_corrupt(WalObject::parse(wal(3, &overlong_offset, &[9])), "WAL object", "not minimally encoded");
     let truncated = section(7, &[1, 0, 0x81, 0x81]);
     assert_corrupt(WalObject::parse(wal(3, &truncated, &[])), "WAL object", "truncated varint32");
+}
+
+// spec-rule: 04717da605 [Reader] A reader MUST parse WAL objects by the layout below.
+#[test]
+fn wal_reader_accepts_non_minimal_varint32s_of_another_writer() {
+    // [Reader] MUST parse WAL objects by the layout: a varint32 is LEB128 of at most 5 bytes,
+    // and the spec does not ask for the shortest form. `80 00` is 0, `81 80 00` is 1.
+    let padded = section(7, &[0x81, 0x80, 0x00, 0x80, 0x00, 0x82, 0x00, 0x83, 0x80, 0x80, 0x80, 0x00]);
+    let object = WalObject::parse(wal(3, &padded, &[1, 2, 9])).unwrap();
+    let log = object.section(LogId(7)).unwrap();
+    assert_eq!(log.entries.len(), 1);
+    assert_eq!(
+        (log.entries[0].payload_offset, log.entries[0].payload_size, log.entries[0].record_count),
+        (0, 2, 3)
+    );
+    assert_eq!(object.payloads(LogId(7)).unwrap().unwrap(), [Bytes::from_static(&[1, 2])]);
 }
 
 #[test]
@@ -126,6 +142,7 @@ fn wal_writer_rule_a_log_id_in_at_most_one_section() {
     assert_corrupt(WalObject::parse(wal(3, &sections, &[1, 2])), "WAL object", "more than one section");
 }
 
+// spec-rule: 6c2c744c42 [Writer] Every entry MUST hold at least one record.
 #[test]
 fn wal_entry_count_and_record_count_at_least_1_and_log_ids_non_negative() {
     assert_corrupt(WalObject::parse(wal(3, &section(7, &[0]), &[])), "WAL object", "entry_count 0");
@@ -178,6 +195,7 @@ fn wal_builder_refuses_what_the_format_cannot_hold() {
     assert!(two.build_with_section_order(&[LogId(2), LogId(3)]).is_err());
 }
 
+// spec-rule: 6fe0818048 [Writer] A writer MUST write every RAW record with the values that this table give…
 #[test]
 fn wal_section_and_raw_record_must_agree_addendum_2() {
     let object = WalObject::parse(Bytes::from(unhex(SPEC_WAL))).unwrap();
@@ -224,6 +242,7 @@ fn entry_index_truncation_at_every_length_is_an_error() {
     }
 }
 
+// spec-rule: 8e2d4c22f7 [Reader] A reader SHOULD reject a WAL object whose index_version is not 3, and an…
 #[test]
 fn entry_index_reader_rule_version_must_be_3() {
     // [Reader] SHOULD reject an EntryIndex whose version is not 3; absent counts as not 3 (§4.3).
@@ -241,6 +260,7 @@ fn entry_index_unknown_or_absent_file_type_is_refused() {
     assert_corrupt(check(EntryIndex { file_type: None, ..raw_value() }), "EntryIndex", "file_type is absent");
 }
 
+// spec-rule: 4971f0bf1c [Reader] A reader MUST decide how to read a record's entries from its file_type, a…
 #[test]
 fn entry_index_reader_dispatches_on_file_type_never_index_type() {
     // [Reader] decide from file_type, MUST NOT use index_type: a RAW record with any index_type
@@ -253,6 +273,7 @@ fn entry_index_reader_dispatches_on_file_type_never_index_type() {
     }
 }
 
+// spec-rule: 9a592b674e [Writer] compression_type MUST be FastPFOR (1), and compressed_payload MUST hold e…
 #[test]
 fn entry_offsets_writer_rule_compression_type_must_be_fastpfor() {
     // [Writer] compression_type MUST be FastPFOR (1); NONE and ZSTD are unused; §12 #2.
@@ -283,9 +304,6 @@ fn entry_offsets_word_0_must_equal_entry_count_and_last_boundary_message_count()
     assert_corrupt(check(with_boundaries(&[2, 2], 2, 2)), "EntryIndex", "not above the previous");
     assert_corrupt(check(with_boundaries(&[0, 3], 2, 3)), "EntryIndex", "boundary 0 is 0");
     assert_corrupt(check(with_boundaries(&[3, 2], 2, 2)), "EntryIndex", "not above the previous");
-    let mut value = raw_value();
-    value.entry_offsets.as_mut().unwrap().uncompressed_size = Some(12);
-    assert_corrupt(check(value), "EntryIndex", "uncompressed_size 12");
     let mut value = raw_value();
     value.entry_offsets.as_mut().unwrap().compressed_payload = Some(vec![0, 0, 0, 2, 0, 0]);
     assert_corrupt(check(value), "entry offsets (FastPFOR)", "whole number");
@@ -330,6 +348,7 @@ fn entry_index_counts_and_sizes_must_be_present_and_in_range() {
     assert_corrupt(check(EntryIndex { location: None, ..raw_value() }), "EntryIndex", "without a location");
 }
 
+// spec-rule: 242bc7f5db [All] Every ExtraData pair MUST set both key and value.
 #[test]
 fn extra_data_all_rule_every_pair_sets_key_and_value() {
     // [All] Every ExtraData pair MUST set both key and value.
@@ -342,6 +361,7 @@ fn extra_data_all_rule_every_pair_sets_key_and_value() {
     }
 }
 
+// spec-rule: ba04da13e1 [All] The keys of the extraData pairs of one record MUST be distinct.
 #[test]
 fn extra_data_all_rule_keys_are_distinct() {
     // [All] The keys of the extraData pairs of one record MUST be distinct.
@@ -350,6 +370,7 @@ fn extra_data_all_rule_keys_are_distinct() {
     assert_corrupt(check(value), "EntryIndex", "appears more than once");
 }
 
+// spec-rule: ba7af4e0ef [Reader] A reader MUST NOT read the entries of a PARQUET record whose extraData ha…
 #[test]
 fn reader_rule_parquet_record_without_file_index_is_not_read() {
     // [Reader] MUST NOT read the entries of a PARQUET record without CompactedObjectFileIndex.
@@ -464,6 +485,7 @@ fn file_index_bytes(entries: &[(i64, i32, &[u8])]) -> Vec<u8> {
     out
 }
 
+// spec-rule: 3fa043136a [Compactor] The files of a file index MUST appear once each, in ascending last_off…
 #[test]
 fn file_index_strict_parse_addendum_6_4() {
     let fi = |entries: &[(i64, i32, &[u8])]| FileIndex::decode(&file_index_bytes(entries));
@@ -568,4 +590,25 @@ fn legacy_values_bad_strings_are_refused() {
     assert_corrupt(p(b"00000000000000000003-00000000000000000008-loc--RAW"), S, "entry_id");
     assert_corrupt(p(b"00000000000000000003-00000000000000000008-loc-1-raw"), S, "entry_id");
     assert_corrupt(p(b"00000000000000000003-00000000000000000008-\xff-1"), S, "UTF-8");
+}
+
+// spec-rule: 04717da605 [Reader] A reader MUST parse WAL objects by the layout below.
+#[test]
+fn entry_offsets_reader_accepts_any_uncompressed_size() {
+    // The spec does not constrain `uncompressed_size`: another writer's 12, 0, -1 or none
+    // leaves the record readable, with the boundaries of `compressed_payload`.
+    for size in [Some(12), Some(0), Some(-1), Some(i32::MAX), None] {
+        let mut value = raw_value();
+        value.entry_offsets.as_mut().unwrap().uncompressed_size = size;
+        let IndexValue::Raw(record) = check(value).unwrap() else { panic!("a RAW record") };
+        assert_eq!(record.boundaries, [2, 3], "uncompressed_size {size:?}");
+    }
+    // Our writer still writes 4n.
+    let mut builder = WalObjectBuilder::new();
+    for records in [2, 1, 4] {
+        builder.add_entry(LogId(7), Bytes::from_static(b"x"), records).unwrap();
+    }
+    let built = builder.build().unwrap();
+    let ours = EntryIndex::raw("7-1.wal", &built.sections[0]).unwrap();
+    assert_eq!(ours.entry_offsets.unwrap().uncompressed_size, Some(12));
 }

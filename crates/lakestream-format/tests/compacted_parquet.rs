@@ -11,6 +11,7 @@ use lakestream_format::compacted::{
     write_compacted_file,
 };
 use lakestream_format::kafka::KAFKA_BINDING;
+use lakestream_format::native::NATIVE_BINDING;
 use lakestream_format::{ErrorClass, FormatError};
 use parquet::arrow::ArrowWriter;
 use parquet::arrow::arrow_writer::ArrowWriterOptions;
@@ -36,6 +37,7 @@ fn open(file: Vec<u8>) -> Result<CompactedFileReader<Bytes>, FormatError> {
     CompactedFileReader::open(Bytes::from(file), KNOWN_BINDINGS)
 }
 
+// spec-rule: 828de80d36 [Compactor] The payload of each row MUST hold the entry's payload unchanged.
 #[test]
 fn each_row_holds_its_entry_payload_unchanged() {
     let payloads = sample_payloads();
@@ -49,6 +51,7 @@ fn each_row_holds_its_entry_payload_unchanged() {
     assert_eq!(err.class(), ErrorClass::InvalidInput, "{err}");
 }
 
+// spec-rule: 525bf9b7ca [Compactor] A compactor MUST write each compacted file with an Avro record schema…
 #[test]
 fn schema_is_one_nullable_binary_column_under_the_binding_record_name() {
     let reader = open(write(&sample_payloads(), WriteOptions::default())).unwrap();
@@ -117,6 +120,7 @@ fn write_batch(schema: Arc<Schema>, columns: Vec<ArrayRef>, options: ArrowWriter
     writer.into_inner().unwrap()
 }
 
+// spec-rule: 2c254dbc1b [Reader] A reader MUST reject a compacted file whose entrySerDeType is not the ide…
 #[test]
 fn reader_rejects_an_entry_serde_type_it_does_not_implement() {
     for value in [
@@ -141,6 +145,60 @@ fn reader_rejects_a_missing_or_repeated_entry_serde_type() {
     let twice = vec![("entrySerDeType", Some("KAFKA_BATCHED_RAW_PARQUET")), ("entrySerDeType", Some("X"))];
     let err = open(file_with_footer(twice)).unwrap_err();
     assert!(err.to_string().contains("twice"), "{err}");
+}
+
+// spec-rule: 525bf9b7ca [Compactor] A compactor MUST write each compacted file with an Avro record schema…
+#[test]
+fn native_binding_files_carry_our_identifiers_byte_for_byte() {
+    // The native binding (docs/format.md): the structure of every compacted file, under
+    // identifiers of our own. These footer values and the schema name are its golden bytes.
+    let file =
+        write_compacted_file(NATIVE_BINDING, "ls-7-a.parquet", sample_payloads(), WriteOptions::default())
+            .unwrap();
+    let reader = open(file).unwrap();
+    assert_eq!(reader.binding(), NATIVE_BINDING);
+    assert_eq!(reader.read_payloads(0..4).unwrap(), sample_payloads());
+    let schema = reader.footer().file_metadata().schema_descr();
+    assert_eq!(schema.root_schema().name(), "LakestreamEntry");
+    assert_eq!(schema.num_columns(), 1);
+    assert_eq!(schema.column(0).name(), "payload");
+    assert_eq!(schema.column(0).physical_type(), PhysicalType::BYTE_ARRAY);
+    assert_eq!(schema.column(0).self_type().get_basic_info().repetition(), Repetition::OPTIONAL);
+    let pairs = reader.footer().file_metadata().key_value_metadata().unwrap();
+    let got: Vec<(&str, &str)> =
+        pairs.iter().map(|kv| (kv.key.as_str(), kv.value.as_deref().unwrap_or(""))).collect();
+    assert_eq!(
+        got,
+        [
+            ("entrySerDeType", "LAKESTREAM_RAW_PARQUET"),
+            ("rowMetadata", "ls-7-a.index"),
+            ("schemaType", "avro"),
+            (
+                "parquet.avro.schema",
+                r#"{"type":"record","name":"LakestreamEntry","fields":[{"name":"payload","type":["null","bytes"],"default":null}]}"#
+            ),
+            ("writer.model.name", "avro"),
+        ]
+    );
+}
+
+// spec-rule: 2c254dbc1b [Reader] A reader MUST reject a compacted file whose entrySerDeType is not the ide…
+#[test]
+fn readers_accept_both_bindings_and_refuse_an_unknown_one() {
+    // [Reader] MUST reject a file whose entrySerDeType is not a binding it implements: ours are
+    // the Kafka binding and the native one; a foreign identifier is refused, naming it.
+    for binding in [KAFKA_BINDING, NATIVE_BINDING] {
+        let file =
+            write_compacted_file(binding, "b.parquet", sample_payloads(), WriteOptions::default()).unwrap();
+        assert_eq!(open(file).unwrap().binding(), binding);
+        let file = file_with_footer(vec![("entrySerDeType", Some(binding.entry_serde_type))]);
+        assert_eq!(open(file).unwrap().binding(), binding);
+    }
+    for foreign in ["LAKESTREAM_PARQUET", "lakestream_raw_parquet", "OTHER_RAW_PARQUET"] {
+        let err = open(file_with_footer(vec![("entrySerDeType", Some(foreign))])).unwrap_err();
+        assert!(matches!(err, FormatError::Unsupported { .. }), "{foreign}: {err}");
+        assert!(err.to_string().contains(&format!("{foreign:?}")), "{err}");
+    }
 }
 
 #[test]

@@ -69,6 +69,8 @@ fn assert_corrupt(result: Result<Companion, FormatError>, needle: &str) {
     assert!(err.to_string().contains(needle), "error {err:?} does not mention {needle:?}");
 }
 
+// spec-rule: edd7fbe36c [All] An implementation that writes a structure defined by a field table MUST writ…
+// spec-rule: f396ef517a [Compactor] A compactor MUST write every companion file in this layout.
 #[test]
 fn vector_11_10_metadata_values_are_byte_exact() {
     let [first, second] = example_rows();
@@ -78,6 +80,7 @@ fn vector_11_10_metadata_values_are_byte_exact() {
     assert_eq!(CompanionRow::from_metadata_base64(M1).unwrap(), second);
 }
 
+// spec-rule: f396ef517a [Compactor] A compactor MUST write every companion file in this layout.
 #[test]
 fn vector_11_10_uncompressed_content_is_byte_exact() {
     let options = WriteOptions::default();
@@ -90,6 +93,7 @@ fn vector_11_10_uncompressed_content_is_byte_exact() {
     assert_eq!(content, expected);
 }
 
+// spec-rule: 03f320ef42 [Reader] To find the row of the entry that holds offset o, a reader MUST look up t…
 #[test]
 fn vector_11_10_lookups_use_the_numeric_floor() {
     let gz = write_companion(&example_rows(), WriteOptions::default()).unwrap();
@@ -102,6 +106,7 @@ fn vector_11_10_lookups_use_the_numeric_floor() {
     assert_eq!(companion.row_holding(3), None, "offset 3 is past the last entry");
 }
 
+// spec-rule: 03f320ef42 [Reader] To find the row of the entry that holds offset o, a reader MUST look up t…
 #[test]
 fn lookup_compares_offsets_as_numbers_not_strings() {
     // As strings "10" < "9"; as numbers the entry starting at 10 holds 10 and 57.
@@ -117,6 +122,7 @@ fn lookup_compares_offsets_as_numbers_not_strings() {
     assert_eq!(companion.row_holding(100), None);
 }
 
+// spec-rule: 595d0b1791 [Reader] A reader MUST accept an empty last block.
 #[test]
 fn reader_accepts_an_empty_last_block() {
     let companion = read(&content(&[&example_block(), "[]"], r#"{"2":1,"0":0}"#)).unwrap();

@@ -43,6 +43,8 @@ fn assert_refused(result: Result<u32, FormatError>, needle: &str) {
     assert!(err.to_string().contains(needle), "error {err:?} does not mention {needle:?}");
 }
 
+// spec-rule: 1b06759306 [Writer] A Kafka entry payload MUST be exactly the bytes of one or more complete K…
+// spec-rule: 7ca40308c1 [Writer] Each record batch of magic 0 or 1 MUST hold at least one record.
 #[test]
 fn fixtures_count_or_refuse_as_the_manifest_says() {
     let manifest = manifest();
@@ -66,6 +68,7 @@ fn fixtures_count_or_refuse_as_the_manifest_says() {
     }
 }
 
+// spec-rule: 56be6a9713 [Writer] A Kafka entry payload MUST NOT contain a control batch or a transactional…
 #[test]
 fn a_payload_must_not_hold_control_or_transactional_batches() {
     assert_refused(count_records(&fixture("v2_control.bin")), "control batch");
@@ -126,6 +129,7 @@ fn a_bad_crc_is_refused() {
     assert_refused(count_records(&legacy), "CRC-32 is");
 }
 
+// spec-rule: 290f8be86f [Writer] Each record batch of magic 2 or later MUST have base offset 0, and MUST d…
 #[test]
 fn magic_2_base_offset_must_be_zero() {
     // The base offset is outside the CRC, so no CRC fix is needed.
@@ -134,6 +138,7 @@ fn magic_2_base_offset_must_be_zero() {
     assert_refused(count_records(&payload), "baseOffset is 5");
 }
 
+// spec-rule: 290f8be86f [Writer] Each record batch of magic 2 or later MUST have base offset 0, and MUST d…
 #[test]
 fn magic_2_record_count_must_be_positive_and_match_the_offset_range() {
     let mut payload = fixture("v2_headers.bin");
@@ -270,6 +275,7 @@ fn bad_compressed_wrappers_are_refused() {
     assert_refused(count_records(&nested), "inside a compressed wrapper");
 }
 
+// spec-rule: 7ca40308c1 [Writer] Each record batch of magic 0 or 1 MUST hold at least one record.
 #[test]
 fn a_wrapper_without_inner_messages_is_refused() {
     // Rebuild the magic-1 gzip wrapper around an empty inner message set.
@@ -290,6 +296,7 @@ fn a_wrapper_without_inner_messages_is_refused() {
     assert_refused(count_records(&payload), "no inner messages");
 }
 
+// spec-rule: 1b06759306 [Writer] A Kafka entry payload MUST be exactly the bytes of one or more complete K…
 #[test]
 fn trailing_garbage_is_refused() {
     let mut payload = fixture("v2_single_record.bin");
@@ -321,6 +328,7 @@ fn v2_offsets(payload: &[u8]) -> Vec<(i64, i32)> {
     out
 }
 
+// spec-rule: 79d817af13 [Reader] A reader MUST assign offsets to the batches of an entry in order, startin…
 #[test]
 fn readers_assign_offsets_in_order_from_the_entry_offset() {
     let payload = fixture("v2_three_batches.bin");
@@ -422,4 +430,35 @@ fn decoded_records_are_the_ones_kafka_python_wrote() {
     // What count_records refuses, decode_records refuses too.
     assert!(decode_records(&fixture("v2_control.bin"), 0).is_err());
     assert!(decode_records(&[], 0).is_err());
+}
+
+// spec-rule: 1b06759306 [Writer] A Kafka entry payload MUST be exactly the bytes of one or more complete K…
+#[test]
+fn a_topic_entry_must_be_complete_record_batches_with_their_record_count() {
+    // [Writer] A Kafka entry payload MUST be exactly one or more complete record batches, and
+    // the entry's record count MUST equal the records in them: `check_entry` is the check a
+    // front end makes for every entry of a Kafka topic's stream, whatever API it came by.
+    let batch = fixture("v2_single_record.bin");
+    assert_eq!(kafka::check_entry(&batch, None).unwrap(), 1);
+    assert_eq!(kafka::check_entry(&batch, Some(1)).unwrap(), 1);
+    let err = kafka::check_entry(&batch, Some(2)).unwrap_err();
+    assert_eq!(err.class(), ErrorClass::InvalidInput, "{err}");
+    assert!(err.to_string().contains("declares 2 records") && err.to_string().contains("hold 1"), "{err}");
+    // Opaque bytes (what an HTTP or gRPC producer of a native stream sends) are refused.
+    for opaque in [&b""[..], b"hello", b"{\"json\":true}", &[0u8; 61]] {
+        let err = kafka::check_entry(opaque, None).unwrap_err();
+        assert_eq!(err.class(), ErrorClass::CorruptData, "{opaque:?}: {err}");
+    }
+}
+
+#[test]
+fn topic_streams_carry_the_spec_properties() {
+    // Appendix A: the stream's properties include lakestream.source.logical.name and
+    // lakestream.kafka.topic.name, which both hold the topic name.
+    let props = kafka::topic_stream_properties("orders");
+    assert_eq!(props.get("lakestream.kafka.topic.name").map(String::as_str), Some("orders"));
+    assert_eq!(props.get("lakestream.source.logical.name").map(String::as_str), Some("orders"));
+    assert_eq!(props.len(), 2);
+    assert!(kafka::is_topic_stream(&props));
+    assert!(!kafka::is_topic_stream(&std::collections::BTreeMap::new()));
 }

@@ -33,6 +33,8 @@ fn build(entries: &[(u64, Vec<u8>, u32)]) -> lakestream_format::wal::BuiltWalObj
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(96))]
 
+    // spec-rule: 04717da605 [Reader] A reader MUST parse WAL objects by the layout below.
+    // spec-rule: e7ec250a7b [Writer] The entries of a log section MUST be listed in the order of their off…
     #[test]
     fn wal_random_entries_of_several_logs_parse_back_exactly(entries in wal_entries()) {
         let built = build(&entries);
@@ -69,6 +71,8 @@ proptest! {
         prop_assert_eq!(object.payload_region().as_ref(), concatenated.as_slice());
     }
 
+    // spec-rule: 65817223a0 [Reader] A reader MUST find a log's section by its log_id, and MUST NOT depend…
+    // spec-rule: 8e4b1b0018 [Reader] A reader MUST locate each payload by its payload_offset, and MUST NOT…
     #[test]
     fn wal_section_order_never_matters_to_the_reader(entries in wal_entries(), seed in any::<u64>()) {
         let built = build(&entries);

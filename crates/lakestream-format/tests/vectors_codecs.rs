@@ -65,6 +65,7 @@ fn spec_file_index() -> FileIndex {
 
 // ---- WAL objects -----------------------------------------------------------------------------
 
+// spec-rule: 32dfc535dc [Writer] A writer MUST write every WAL object in the layout below.
 #[test]
 fn wal_objects_spec_example_31_bytes_encode() {
     // Spec "WAL objects", Example; addendum §11.1.
@@ -85,6 +86,7 @@ fn wal_objects_spec_example_31_bytes_encode() {
     );
 }
 
+// spec-rule: 04717da605 [Reader] A reader MUST parse WAL objects by the layout below.
 #[test]
 fn wal_objects_spec_example_31_bytes_decode() {
     // Spec "WAL objects", Example; addendum §11.1: index_length 19, version 3, log 7, (0,5,2), (5,3,1).
@@ -118,6 +120,8 @@ fn wal_objects_index_length_from_first_four_bytes_allows_ranged_reads() {
     assert!(section.slice_payloads(&part, 5).is_err(), "the first payload is not in the part");
 }
 
+// spec-rule: 32dfc535dc [Writer] A writer MUST write every WAL object in the layout below.
+// spec-rule: 8e4b1b0018 [Reader] A reader MUST locate each payload by its payload_offset, and MUST NOT ass…
 #[test]
 fn wal_objects_two_logs_46_bytes_addendum_11_9() {
     // Addendum §11.9: log 42's section first; log 7's payloads are not adjacent.
@@ -197,6 +201,8 @@ fn wal_objects_two_logs_builder_lists_sections_in_first_appearance_order() {
 
 // ---- EntryIndex values -------------------------------------------------------------------------
 
+// spec-rule: edd7fbe36c [All] An implementation that writes a structure defined by a field table MUST writ…
+// spec-rule: 6fe0818048 [Writer] A writer MUST write every RAW record with the values that this table give…
 #[test]
 fn offset_index_values_raw_record_61_bytes_encode() {
     // Spec "Offset index values", Example: RAW record; addendum §11.3.
@@ -253,6 +259,8 @@ fn offset_index_values_raw_record_61_bytes_decode() {
     object.section(LogId(7)).unwrap().check_matches_record(&record).unwrap();
 }
 
+// spec-rule: edd7fbe36c [All] An implementation that writes a structure defined by a field table MUST writ…
+// spec-rule: da8dfcfa03 [Compactor] A compactor MUST write every PARQUET record with the values that this…
 #[test]
 fn offset_index_values_parquet_record_123_bytes_encode() {
     // Spec "Offset index values", Example: PARQUET record; addendum §11.4.
@@ -341,6 +349,7 @@ fn offset_index_values_any_field_order_and_unknown_fields_are_accepted() {
 
 // ---- Entry offsets (FastPFOR) ------------------------------------------------------------------
 
+// spec-rule: 9a592b674e [Writer] compression_type MUST be FastPFOR (1), and compressed_payload MUST hold e…
 #[test]
 fn entry_offsets_spec_example_2_3() {
     // Spec "Entry offsets", Example; Appendix D; addendum §11.6.
@@ -376,6 +385,7 @@ fn entry_offsets_40_single_record_entries_and_their_27_byte_message() {
     assert_eq!(value.entry_offsets, Some(message));
 }
 
+// spec-rule: 9a592b674e [Writer] compression_type MUST be FastPFOR (1), and compressed_payload MUST hold e…
 #[test]
 fn entry_offsets_addendum_11_8_vectors() {
     // Addendum §11.8, computed with JavaFastPFOR 0.2.1's IntegratedIntCompressor.
@@ -403,6 +413,7 @@ fn entry_offsets_addendum_11_8_vectors() {
 
 // ---- File index -----------------------------------------------------------------------------
 
+// spec-rule: edd7fbe36c [All] An implementation that writes a structure defined by a field table MUST writ…
 #[test]
 fn file_index_spec_example_46_bytes_and_base64() {
     // Spec "File index", Example; addendum §11.5.
@@ -414,6 +425,7 @@ fn file_index_spec_example_46_bytes_and_base64() {
     assert_eq!(FileIndex::from_base64(text_of(SPEC_FILE_INDEX_BASE64_FILE)).unwrap(), index);
 }
 
+// spec-rule: 41cc9e9a8e [Reader] A reader MUST read a PARQUET record's entries by these steps.
 #[test]
 fn file_index_spec_lookups() {
     // Addendum §11.5: 0 → file 1; 2 → file 1; 3 → file 2 (base 3); 6 → file 2; 7 → error.

@@ -73,6 +73,8 @@ impl StoreFactory for OxiaFactory {
     }
 }
 
+// spec-runs-suite: crates/lakestream-meta/src/conformance.rs
+// spec-rule: 90683d74de [All] An implementation MUST use a metadata store that provides:
 /// The `lakestream-meta` conformance suite through the default service name,
 /// `io.oxia.proto.v1.OxiaClient`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -83,6 +85,7 @@ async fn conformance_suite_under_the_v1_service_name() {
     conformance::run_all(&factory).await;
 }
 
+// spec-runs-suite: crates/lakestream-meta/src/conformance.rs
 /// The same suite through the pre-0.15 name, `io.streamnative.oxia.proto.OxiaClient`, which
 /// v0.15+ servers still answer.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

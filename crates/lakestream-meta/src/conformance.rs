@@ -319,6 +319,7 @@ async fn find(s: &Scope, store: &dyn MetaStore, key: String, cmp: Comparison) ->
     found.map(|r| (r.key, r.value))
 }
 
+// spec-rule: 49fb846f28 [Reader] A reader MUST read the entries at o′ from the index record of L with the…
 /// Spec "Metadata store model": a lookup can return a key beyond a log's first or last index
 /// key, which is why readers check the prefix. Higher of the log's last key finds a record
 /// (at least the log's own trim marker) that is not an index key of the log.
@@ -626,6 +627,7 @@ pub async fn check_permanent_overwrite_outlives_session(factory: &dyn StoreFacto
     assert_eq!(read.map(|r| r.value), Some(bytes("perm")), "{}", s.check);
 }
 
+// spec-rule: 915c1bb508 [Writer, Compactor] To acquire a write lease on log L, an implementation MUST, in…
 /// Spec "Leases": acquiring creates the lease record (value = token) that the catalog lists;
 /// releasing deletes it.
 pub async fn check_lease_acquire_and_release(factory: &dyn StoreFactory) {
@@ -655,6 +657,7 @@ pub async fn check_lease_acquire_and_release(factory: &dyn StoreFactory) {
     session.close().await.unwrap_or_else(|e| s.fail(e));
 }
 
+// spec-rule: 915c1bb508 [Writer, Compactor] To acquire a write lease on log L, an implementation MUST, in…
 /// Spec "Leases": a token no other lease of L uses. Reusing a live token fails with KeyExists.
 pub async fn check_lease_token_unique(factory: &dyn StoreFactory) {
     let s = Scope::new("lease_token_unique");
@@ -671,6 +674,7 @@ pub async fn check_lease_token_unique(factory: &dyn StoreFactory) {
     session.close().await.unwrap_or_else(|e| s.fail(e));
 }
 
+// spec-rule: bc3a241078 [Writer, Compactor] If the fence exists, or the Get fails, the implementation MUST…
 /// Spec "Leases": if the fence exists, the implementation MUST delete its lease record and
 /// MUST NOT use the lease. The acquisition fails with Fenced and no lease record remains.
 pub async fn check_fenced_acquire_leaves_no_lease(factory: &dyn StoreFactory) {
@@ -688,6 +692,8 @@ pub async fn check_fenced_acquire_leaves_no_lease(factory: &dyn StoreFactory) {
     session.close().await.unwrap_or_else(|e| s.fail(e));
 }
 
+// spec-rule: 9980fb4670 [Catalog] To fence log L, a catalog MUST create the write fence of L with CreateIf…
+// spec-rule: 3c1c561618 [All] An implementation MUST NOT delete or change a write fence.
 /// Spec "Fences and log deletion": fencing creates the fence (value 0x01); fencing again
 /// counts as success and changes nothing.
 pub async fn check_fence_idempotent(factory: &dyn StoreFactory) {
@@ -930,16 +936,22 @@ mod tests {
         }
     }
 
+    // spec-runs-suite: crates/lakestream-meta/src/conformance.rs
+    // spec-rule: 90683d74de [All] An implementation MUST use a metadata store that provides:
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn in_memory_store_one_shard_passes_the_suite() {
         run_all(&MemoryFactory::new(1)).await;
     }
 
+    // spec-runs-suite: crates/lakestream-meta/src/conformance.rs
+    // spec-rule: 90683d74de [All] An implementation MUST use a metadata store that provides:
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn in_memory_store_four_shards_passes_the_suite() {
         run_all(&MemoryFactory::new(4)).await;
     }
 
+    // spec-runs-suite: crates/lakestream-meta/src/conformance.rs
+    // spec-rule: 90683d74de [All] An implementation MUST use a metadata store that provides:
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn embedded_store_passes_the_suite() {
         let dir = tempfile::tempdir().expect("temp dir");

@@ -61,6 +61,13 @@ impl WriteLease {
         self.session.ended()
     }
 
+    /// The session behind the lease record. A holder that cannot delete the record (a change
+    /// it started may still land) ends this session instead, once nothing else uses it: the
+    /// spec lets the record go with its session, never by a delete before the change completed.
+    pub fn session(&self) -> &Arc<dyn Session> {
+        &self.session
+    }
+
     /// Deletes the lease record. Call only after every change started under the lease
     /// completed (spec: "MUST NOT delete a lease record before every change it started under
     /// that lease has completed").
@@ -399,6 +406,7 @@ mod tests {
         }
     }
 
+    // spec-rule: bc3a241078 [Writer, Compactor] If the fence exists, or the Get fails, the implementation…
     #[tokio::test]
     async fn failed_fence_read_deletes_the_lease_record_retrying_the_delete() {
         // Spec "Leases": if the Get of the fence fails, the implementation MUST delete its
@@ -413,6 +421,7 @@ mod tests {
         assert!(!session.is_ended(), "the lease record went by the delete, not by ending the session");
     }
 
+    // spec-rule: 915c1bb508 [Writer, Compactor] To acquire a write lease on log L, an implementation MUST,…
     #[tokio::test]
     async fn the_lease_record_exists_before_the_fence_is_read() {
         // Spec "Leases": an implementation MUST, in this order, create its lease record and

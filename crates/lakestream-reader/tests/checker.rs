@@ -424,6 +424,8 @@ async fn check_seeds(scenario: Scenario, seeds: Vec<u64>) -> Report {
 /// Appends resume within this long after Oxia is back (stated in docs/reliability.md).
 const RECOVERY_BOUND: Duration = Duration::from_secs(5);
 
+// spec-rule: 05bf0372f3 [Writer] A writer MUST append entries by the following steps.
+// spec-rule: ae30e1a21f [Writer] A writer MUST NOT report an entry as appended before the index record of…
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn no_acknowledged_entry_is_lost_or_reordered_under_injected_faults() {
     let scenario = Scenario { backend: Backend::Memory, injected_faults: true, real_fault: RealFault::None };

@@ -54,6 +54,7 @@ fn log5() -> LogRef {
     LogRef { log_id: LogId(5), namespace: "ns".into(), stream: "s".into() }
 }
 
+// spec-rule: f315275c0f [All] All WAL objects and index records of a deployment MUST use one format versio…
 #[tokio::test]
 async fn version_1_and_2_deployments_are_read_when_configured() {
     for version in [1u8, 2] {
@@ -68,6 +69,7 @@ async fn version_1_and_2_deployments_are_read_when_configured() {
     }
 }
 
+// spec-rule: f315275c0f [All] All WAL objects and index records of a deployment MUST use one format versio…
 #[tokio::test]
 async fn a_version_3_reader_refuses_legacy_values_with_a_clear_error() {
     let (meta, _) = setup(2).await;

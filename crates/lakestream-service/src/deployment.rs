@@ -333,6 +333,7 @@ mod tests {
         .unwrap()
     }
 
+    // spec-rule: d6a83ad200 [All] All implementations in a deployment MUST use the same WAL root and the s…
     #[tokio::test]
     async fn the_storage_roots_are_recorded_once_and_other_roots_are_refused() {
         // [All] All implementations in a deployment MUST use the same WAL root and the same
@@ -358,6 +359,7 @@ mod tests {
         assert_eq!(meta.get("cat", STORAGE_ROOTS_KEY).await.unwrap().unwrap().version, stored.version);
     }
 
+    // spec-rule: f315275c0f [All] All WAL objects and index records of a deployment MUST use one format ve…
     /// [All] All WAL objects and index records of a deployment use one format version: a
     /// reader set to v1 or v2 in a process of its own is refused where a writer or compactor
     /// of the deployment recorded version 3; over a store no v3 role wrote (a legacy

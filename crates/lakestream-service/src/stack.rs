@@ -370,6 +370,7 @@ mod tests {
 
     use super::*;
 
+    // spec-rule: f315275c0f [All] All WAL objects and index records of a deployment MUST use one format ve…
     #[test]
     fn a_legacy_reader_beside_a_v3_writer_or_compactor_is_refused() {
         // [All] All WAL objects and index records of a deployment MUST use one format version.
@@ -426,6 +427,7 @@ mod tests {
         assert!(err.contains("compactor.reader_index_cache_ttl is 30s"), "{err}");
     }
 
+    // spec-rule: d6a83ad200 [All] All implementations in a deployment MUST use the same WAL root and the s…
     #[tokio::test]
     async fn a_service_started_with_other_storage_roots_refuses_to_start() {
         // [All] All implementations in a deployment MUST use the same WAL root and the same

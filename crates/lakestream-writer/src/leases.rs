@@ -13,6 +13,20 @@
 //! doubles, up to [`MAX_IDLE_FACTOR`] × `lease_idle_release` (20 s with the default 5 s,
 //! below the 30 s a log deletion waits for leases to go). The writer remembers a released log
 //! for twice that long (about 80 bytes each), then forgets it.
+//!
+//! A lease record is never deleted while a change started under it may still land (spec: "MUST
+//! NOT delete a lease record before every change it started under that lease has completed").
+//! A change whose outcome is unknown (a timeout, a broken connection) *pins* its lease: no
+//! release touches it. Every idle-release round then re-reads what the change would have
+//! written ([`Unsettled`]): an index put is known once its record is found (its value names its
+//! WAL object, so it is unique), a conditional trim-marker write once the marker has moved past
+//! the version it expected (it can then never apply). A known outcome unpins the lease, and it
+//! is released as any other. A change still unknown a session timeout after it failed may be
+//! gone or may still be in the store's pipeline, and no read can tell; its lease is never
+//! deleted, its session is *retired* instead: new leases go to a fresh session (each log's next
+//! append acquires one there), and once no lease of the retired session is in use, the writer
+//! closes it, which removes its lease records — the end the spec allows a lease record ("If the
+//! session that created the lease record ends, the store removes the record").
 
 use std::collections::HashMap;
 use std::sync::{Arc, Weak};
@@ -37,6 +51,52 @@ impl HeldLease {
     pub(crate) fn is_lost(&self) -> bool {
         *self.lease.session_ended().borrow()
     }
+
+    /// Whether two handles are the same lease.
+    pub(crate) fn same_lease(&self, other: &HeldLease) -> bool {
+        Arc::ptr_eq(&self.lease, &other.lease)
+    }
+}
+
+/// A change whose outcome is unknown, and how a read can learn it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Unsettled {
+    /// An index put of `log_id` with this value: known once a record of the log holds it.
+    IndexPut {
+        /// The log.
+        log_id: LogId,
+        /// The record's value (a RAW value names its WAL object, so no other record has it).
+        value: bytes::Bytes,
+    },
+    /// A conditional write of `log_id`'s trim marker that expected this version (`None`: a
+    /// create): known once the marker has another version (or, for a create, exists).
+    TrimMarker {
+        /// The log.
+        log_id: LogId,
+        /// The version the write was conditioned on.
+        expected: Option<lakestream_meta::Version>,
+    },
+}
+
+/// A pinned lease: the change under it, and when it failed.
+#[derive(Debug)]
+struct Pinned {
+    lease: Arc<WriteLease>,
+    change: Unsettled,
+    since: Instant,
+}
+
+/// A session that takes no new lease because a change under one of its leases has an unknown
+/// outcome; it is closed once none of `leases` (those of its leases taken out of use) is in
+/// use and no slot holds one of its leases.
+#[derive(Debug)]
+struct Retiring {
+    session: Arc<dyn Session>,
+    leases: Vec<Arc<WriteLease>>,
+}
+
+fn same_session(a: &Arc<dyn Session>, b: &Arc<dyn Session>) -> bool {
+    Arc::ptr_eq(a, b) || a.id() == b.id()
 }
 
 /// The longest idle period a churning log's lease gets, in multiples of `lease_idle_release`.
@@ -80,6 +140,16 @@ pub(crate) struct Leases {
     released: std::sync::Mutex<HashMap<LogId, Released>>,
     /// Leases acquired since the writer started (for tests and metrics).
     acquisitions: std::sync::atomic::AtomicU64,
+    /// Leases under which a change has an unknown outcome. Held briefly, never across an
+    /// await.
+    pinned: std::sync::Mutex<Vec<Pinned>>,
+    /// Sessions being retired because a change under one of their leases may still land.
+    /// Held briefly, never across an await.
+    retiring: std::sync::Mutex<Vec<Retiring>>,
+}
+
+fn lock<T>(mutex: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 fn lock_slots(
@@ -104,7 +174,197 @@ impl Leases {
             idle,
             released: std::sync::Mutex::default(),
             acquisitions: std::sync::atomic::AtomicU64::new(0),
+            pinned: std::sync::Mutex::default(),
+            retiring: std::sync::Mutex::default(),
         }
+    }
+
+    /// Whether `session` is being retired.
+    fn is_retiring(&self, session: &Arc<dyn Session>) -> bool {
+        lock(&self.retiring).iter().any(|r| same_session(&r.session, session))
+    }
+
+    /// Keeps `lease` out of reach of every release: `change`, started under it, has an
+    /// unknown outcome and may still land. Each idle-release round re-reads it
+    /// ([`Leases::settle_pinned`]).
+    pub(crate) fn pin_unsettled(&self, lease: &HeldLease, change: Unsettled) {
+        if lease.lease.session().is_ended() {
+            return; // its records are gone with it
+        }
+        tracing::warn!(
+            log_id = %lease.lease.log_id(),
+            ?change,
+            "a change under this write lease has an unknown outcome: the lease is kept until a read shows the outcome"
+        );
+        lock(&self.pinned).push(Pinned { lease: lease.lease.clone(), change, since: Instant::now() });
+    }
+
+    /// The leases pinned now (for tests and metrics).
+    pub(crate) fn pinned_count(&self) -> usize {
+        lock(&self.pinned).len()
+    }
+
+    /// Whether a read shows the outcome of `change`.
+    async fn outcome_known(&self, change: &Unsettled) -> Result<bool, lakestream_meta::MetaError> {
+        use lakestream_format::keys;
+        match change {
+            Unsettled::IndexPut { log_id, value } => {
+                // The log's records, page by page: rare (only after an unknown outcome), and a
+                // log keeps few records once compacted.
+                const PAGE: usize = 256;
+                let partition = keys::partition(*log_id);
+                let end = keys::last_key(*log_id);
+                let mut from = keys::first_key(*log_id);
+                loop {
+                    let page = self.store.scan(&partition, &from, &end, Some(PAGE)).await?;
+                    if page.iter().any(|r| keys::is_index_key_of(&r.key, *log_id) && r.value == *value) {
+                        return Ok(true);
+                    }
+                    match page.last() {
+                        Some(last) if page.len() == PAGE => from = format!("{}\u{0}", last.key),
+                        _ => return Ok(false),
+                    }
+                }
+            }
+            Unsettled::TrimMarker { log_id, expected } => {
+                let marker =
+                    self.store.get(&keys::partition(*log_id), &keys::trim_marker_key(*log_id)).await?;
+                Ok(match (marker, expected) {
+                    (None, _) => false,
+                    (Some(_), None) => true,
+                    (Some(r), Some(v)) => r.version != *v,
+                })
+            }
+        }
+    }
+
+    /// Re-reads each pinned change: a known outcome unpins its lease (released as any other);
+    /// one still unknown a session timeout after it failed retires the lease's session, which
+    /// is then closed once nothing uses it. A pin whose session ended is dropped: the record
+    /// is gone with the session.
+    async fn settle_pinned(&self, now: Instant) {
+        let pinned: Vec<Pinned> = std::mem::take(&mut *lock(&self.pinned));
+        let mut keep = Vec::new();
+        for p in pinned {
+            if p.lease.session().is_ended() {
+                continue;
+            }
+            match self.outcome_known(&p.change).await {
+                Ok(true) => {
+                    tracing::info!(log_id = %p.lease.log_id(), change = ?p.change, "the unknown outcome is known now: the write lease is released as usual");
+                }
+                known => {
+                    if now.saturating_duration_since(p.since) < self.session_timeout {
+                        keep.push(p);
+                        continue;
+                    }
+                    if let Err(e) = known {
+                        tracing::warn!(log_id = %p.lease.log_id(), error = %e, "re-reading an unknown outcome failed");
+                    }
+                    self.retire_session(&p.lease);
+                }
+            }
+        }
+        lock(&self.pinned).extend(keep);
+    }
+
+    /// Retires the session of `lease`, whose change may still land: no new lease is taken on
+    /// it, `lease` is never deleted, and the session is closed (which removes its lease
+    /// records) once none of its leases is in use.
+    fn retire_session(&self, lease: &Arc<WriteLease>) {
+        let session = lease.session().clone();
+        if session.is_ended() {
+            return;
+        }
+        let mut retiring = lock(&self.retiring);
+        let entry = match retiring.iter().position(|r| same_session(&r.session, &session)) {
+            Some(i) => &mut retiring[i],
+            None => {
+                tracing::warn!(
+                    log_id = %lease.log_id(),
+                    session = %session.id(),
+                    "a change under this write lease still has an unknown outcome a session timeout later: \
+                     the session is retired, so that the lease record goes only with it"
+                );
+                retiring.push(Retiring { session, leases: Vec::new() });
+                retiring.last_mut().expect("just pushed")
+            }
+        };
+        if !entry.leases.iter().any(|l| Arc::ptr_eq(l, lease)) {
+            entry.leases.push(lease.clone());
+        }
+    }
+
+    /// Moves a lease of a retiring session out of use into its session's retirement, so that
+    /// the session can close once the lease is no longer used.
+    fn retire_lease(&self, lease: Arc<WriteLease>) {
+        let mut retiring = lock(&self.retiring);
+        if let Some(entry) = retiring.iter_mut().find(|r| same_session(&r.session, lease.session()))
+            && !entry.leases.iter().any(|l| Arc::ptr_eq(l, &lease))
+        {
+            entry.leases.push(lease);
+        }
+    }
+
+    /// Closes each retiring session that nothing uses any more: none of its retired leases is
+    /// held by a pending change, and no slot holds one of its leases (slots that do and are
+    /// free give theirs up here). Forgets sessions that ended by themselves. Answers how many
+    /// sessions it closed.
+    async fn close_retired_sessions(&self) -> usize {
+        if lock(&self.retiring).is_empty() {
+            return 0;
+        }
+        // Slots holding a lease of a retiring session give it up (the next append to the log
+        // acquires a new lease on the current session).
+        let slots: Vec<Slot> = lock_slots(&self.slots).values().cloned().collect();
+        let mut busy_sessions: Vec<Arc<dyn Session>> = Vec::new();
+        for slot in slots {
+            let Ok(mut held) = slot.try_lock() else { continue };
+            let Some(h) = held.as_ref() else { continue };
+            if !self.is_retiring(h.lease.session()) {
+                continue;
+            }
+            if let Some(h) = held.take() {
+                self.retire_lease(h.lease);
+            }
+        }
+        // A slot being acquired or used right now may still hold a retiring lease.
+        for slot in lock_slots(&self.slots).values() {
+            if let Ok(held) = slot.try_lock() {
+                if let Some(h) = held.as_ref()
+                    && self.is_retiring(h.lease.session())
+                {
+                    busy_sessions.push(h.lease.session().clone());
+                }
+            } else {
+                // Locked: an `ensure` is under way; it moves a retiring lease out itself.
+            }
+        }
+        let closable: Vec<Arc<dyn Session>> = {
+            let mut retiring = lock(&self.retiring);
+            retiring.retain(|r| !r.session.is_ended());
+            let mut closable = Vec::new();
+            retiring.retain(|r| {
+                let idle = r.leases.iter().all(|l| Arc::strong_count(l) == 1)
+                    && !busy_sessions.iter().any(|b| same_session(b, &r.session));
+                if idle {
+                    closable.push(r.session.clone());
+                }
+                !idle
+            });
+            closable
+        };
+        for session in &closable {
+            match session.close().await {
+                Ok(()) => {
+                    tracing::info!(session = %session.id(), "closed a retired session: its lease records are gone with it")
+                }
+                Err(e) => {
+                    tracing::warn!(session = %session.id(), error = %e, "closing a retired session failed; it ends when it times out")
+                }
+            }
+        }
+        closable.len()
     }
 
     /// How many leases were acquired since the writer started.
@@ -131,6 +391,7 @@ impl Leases {
         let mut session = self.session.lock().await;
         if let Some(s) = session.as_ref()
             && !s.is_ended()
+            && !self.is_retiring(s)
         {
             return Ok(s.clone());
         }
@@ -152,8 +413,14 @@ impl Leases {
         if let Some(h) = held.as_mut()
             && !*h.lease.session_ended().borrow()
         {
-            h.last_used = Instant::now();
-            return Ok(HeldLease { lease: h.lease.clone() });
+            if !self.is_retiring(h.lease.session()) {
+                h.last_used = Instant::now();
+                return Ok(HeldLease { lease: h.lease.clone() });
+            }
+            // Its session is retiring: the lease goes with it; take a new one.
+            if let Some(h) = held.take() {
+                self.retire_lease(h.lease);
+            }
         }
         let session = self.session(log_id).await?;
         let token = self.tokens.new_token();
@@ -174,6 +441,8 @@ impl Leases {
     /// each lease's own — skipping any being acquired or used right now, and forgets their
     /// logs; then releases them, without holding any lock across the round trips.
     pub(crate) async fn release_idle(&self, now: Instant, idle: Option<Duration>) -> usize {
+        // Unpinned leases are released in this same round.
+        self.settle_pinned(now).await;
         let mut idle_leases = Vec::new();
         let mut released_now = Vec::new();
         lock_slots(&self.slots).retain(|log_id, slot| {
@@ -205,6 +474,12 @@ impl Leases {
         }
         let released = idle_leases.len();
         for (log_id, lease) in idle_leases {
+            if self.is_retiring(lease.session()) {
+                // Its session closes soon, and the record with it; a pinned lease is never in
+                // this list (the pin holds a handle).
+                self.retire_lease(lease);
+                continue;
+            }
             let Ok(lease) = Arc::try_unwrap(lease) else { continue };
             if let Err(e) = lease.release(self.store.as_ref()).await {
                 tracing::warn!(%log_id, error = %e, "releasing an idle write lease failed; it ends with the session");
@@ -212,6 +487,7 @@ impl Leases {
                 tracing::debug!(%log_id, "released an idle write lease");
             }
         }
+        self.close_retired_sessions().await;
         released
     }
 
@@ -238,8 +514,16 @@ impl Leases {
     /// under the leases has completed.
     pub(crate) async fn release_all(&self) {
         let slots: Vec<(LogId, Slot)> = lock_slots(&self.slots).drain().collect();
+        let pinned: Vec<Pinned> = std::mem::take(&mut *lock(&self.pinned));
+        for p in pinned {
+            // A change may still land: the record goes with the session, closed below.
+            self.retire_session(&p.lease);
+        }
         for (log_id, slot) in slots {
             let Some(held) = slot.lock().await.take() else { continue };
+            if self.is_retiring(held.lease.session()) {
+                continue; // goes with its session, closed below
+            }
             match Arc::try_unwrap(held.lease) {
                 Ok(lease) => {
                     if let Err(e) = lease.release(self.store.as_ref()).await {
@@ -249,6 +533,12 @@ impl Leases {
                 Err(_) => {
                     tracing::warn!(%log_id, "write lease still in use at close; it ends with the session")
                 }
+            }
+        }
+        let retiring: Vec<Retiring> = std::mem::take(&mut *lock(&self.retiring));
+        for r in retiring {
+            if let Err(e) = r.session.close().await {
+                tracing::warn!(error = %e, "closing a retired metadata session failed; it ends when it times out");
             }
         }
         if let Some(session) = self.session.lock().await.take()

@@ -7,7 +7,10 @@
 //! §12, row 3) we return the marker actually stored, and an error when ours was not written.
 //!
 //! The lease handle is held for the whole trim (the idle releaser skips leases in use), and
-//! the marker is not written once the session behind the lease has ended.
+//! the marker is not written once the session behind the lease has ended. A conditional write
+//! whose outcome is unknown is settled by a later read: once the marker's version differs from
+//! the one it was conditioned on (or, for a create, once the marker exists), it can never
+//! apply. A trim that returns before such a read pins its lease ([`crate::leases`]).
 
 use bytes::Bytes;
 use lakestream_format::keys::{self, IndexKey};
@@ -15,6 +18,7 @@ use lakestream_format::{LogId, Offset, entry_index};
 use lakestream_meta::{Comparison, MetaError, PutCondition};
 
 use crate::error::{AppendError, TrimError};
+use crate::leases::Unsettled;
 use crate::writer::Writer;
 
 /// The result of a soft trim.
@@ -72,10 +76,29 @@ impl Writer {
         })?;
         let target = through.saturating_add(1).min(last_start);
 
+        // A conditional write of ours whose outcome is unknown, by the version it expected
+        // (`None`: a create). Settled once a read shows another version (or, for a create,
+        // a marker): the write can then never apply.
+        let mut unsettled: Option<Option<lakestream_meta::Version>> = None;
+        let pin_if_unsettled = |unsettled: &Option<Option<lakestream_meta::Version>>| {
+            if let Some(expected) = *unsettled {
+                self.pin_unsettled(&lease, Unsettled::TrimMarker { log_id, expected });
+            }
+        };
         let attempts = self.config().trim_retries.max(1);
         for _ in 0..attempts {
-            let (current, version) = read_marker().await?;
+            let (current, version) = match read_marker().await {
+                Ok(read) => read,
+                Err(e) => {
+                    pin_if_unsettled(&unsettled);
+                    return Err(e);
+                }
+            };
+            if unsettled.is_some_and(|expected| expected != version) {
+                unsettled = None;
+            }
             if target <= current {
+                pin_if_unsettled(&unsettled);
                 return Ok(TrimOutcome { marker: current, advanced: false });
             }
             let condition = match version {
@@ -89,13 +112,22 @@ impl Writer {
             }
             let value = Bytes::from(keys::encode_trim_marker(target));
             match meta.put(&partition, &marker_key, value, condition).await {
+                // A success changed the version: an earlier write of ours can no longer apply.
                 Ok(_) => return Ok(TrimOutcome { marker: target, advanced: true }),
-                // Another trim changed the marker, or our write may have landed: read again.
+                // Another trim changed the marker: read again.
                 Err(MetaError::KeyExists { .. } | MetaError::VersionMismatch { .. }) => continue,
-                Err(e) if matches!(e.class(), lakestream_format::ErrorClass::OutcomeUnknown) => continue,
-                Err(e) => return Err(meta_err(e)),
+                // Our write may have landed, or still may: read again.
+                Err(e) if matches!(e.class(), lakestream_format::ErrorClass::OutcomeUnknown) => {
+                    unsettled = Some(version);
+                    continue;
+                }
+                Err(e) => {
+                    pin_if_unsettled(&unsettled);
+                    return Err(meta_err(e));
+                }
             }
         }
+        pin_if_unsettled(&unsettled);
         drop(lease);
         Err(TrimError::Contended { log_id, attempts })
     }

@@ -52,7 +52,7 @@ use tokio::time::Instant;
 
 use crate::config::{Backpressure, WriterConfig};
 use crate::error::AppendError;
-use crate::leases::{HeldLease, Leases};
+use crate::leases::{HeldLease, Leases, Unsettled};
 use crate::naming::wal_object_name;
 use crate::stats::{Counters, PutOutcome};
 
@@ -229,6 +229,7 @@ impl Writer {
         let publisher = tokio::spawn(run_publisher(
             uploaded_rx,
             deps.meta.clone(),
+            leases.clone(),
             stats.clone(),
             config.max_index_puts_in_flight_per_log,
         ));
@@ -294,6 +295,18 @@ impl Writer {
 
     pub(crate) fn meta(&self) -> &Arc<dyn MetaStore> {
         &self.inner.meta
+    }
+
+    /// Keeps `lease` from being released while `change`, started under it, has an unknown
+    /// outcome ([`crate::leases`]).
+    pub(crate) fn pin_unsettled(&self, lease: &HeldLease, change: Unsettled) {
+        self.inner.leases.pin_unsettled(lease, change);
+    }
+
+    /// How many write leases are kept now because a change under them has an unknown outcome
+    /// that no read has shown yet.
+    pub fn unsettled_leases(&self) -> usize {
+        self.inner.leases.pinned_count()
     }
 
     /// The log's write lease, acquired if not held. Holding the handle keeps the idle
@@ -674,6 +687,9 @@ enum PutResult {
 struct IssuedPut {
     id: u64,
     record_count: u64,
+    /// The record's value, once the put is issued: after an unknown outcome, a read of the
+    /// log finds it if the put committed.
+    value: Option<Bytes>,
     entries: Vec<PendingEntry>,
     /// A conditional section's put: nothing else of the log is issued while it is in flight,
     /// so that the condition it checked still holds when its put is made.
@@ -697,6 +713,8 @@ struct LogQueue {
 #[derive(Debug)]
 struct PublishCtx {
     meta: Arc<dyn MetaStore>,
+    /// Where a lease under which a put has an unknown outcome is pinned.
+    leases: Arc<Leases>,
     stats: Arc<Counters>,
     /// Index puts in flight per log: the configured number if the store commits puts in the
     /// order they are issued, else 1.
@@ -712,11 +730,12 @@ type PutFuture = BoxFuture<'static, (LogId, u64, PutResult)>;
 async fn run_publisher(
     mut rx: mpsc::UnboundedReceiver<PublisherMsg>,
     meta: Arc<dyn MetaStore>,
+    leases: Arc<Leases>,
     stats: Arc<Counters>,
     max_puts_per_log: usize,
 ) {
     let puts_per_log = if meta.sequenced_puts_commit_in_call_order() { max_puts_per_log.max(1) } else { 1 };
-    let ctx = PublishCtx { meta, stats, puts_per_log };
+    let ctx = PublishCtx { meta, leases, stats, puts_per_log };
     let mut logs: HashMap<LogId, LogQueue> = HashMap::new();
     let mut puts: FuturesUnordered<PutFuture> = FuturesUnordered::new();
     let mut next_id = 0u64;
@@ -818,7 +837,7 @@ fn publish_next(
         while queue.issued.front().is_some_and(|p| p.result.is_some()) {
             let Some(put) = queue.issued.pop_front() else { break };
             let halted_before = queue.halted;
-            let committed = answer(log_id, put, halted_before, &ctx.stats);
+            let committed = answer(log_id, put, halted_before, ctx);
             if !committed && !queue.issued.is_empty() {
                 queue.halted = true;
             }
@@ -846,6 +865,7 @@ fn publish_next(
                     queue.issued.push_back(IssuedPut {
                         id,
                         record_count: job.record_count,
+                        value: None,
                         entries: job.entries,
                         exclusive: false,
                         result: Some(PutResult::LeaseLost),
@@ -860,6 +880,7 @@ fn publish_next(
                     queue.issued.push_back(IssuedPut {
                         id,
                         record_count: job.record_count,
+                        value: Some(value.clone()),
                         entries: job.entries,
                         exclusive: true,
                         result: None,
@@ -884,11 +905,12 @@ fn publish_next(
                     keys::partition(log_id),
                     keys::index_prefix(log_id),
                     vec![job.record_count, job.payload_bytes],
-                    job.value,
+                    job.value.clone(),
                 );
                 queue.issued.push_back(IssuedPut {
                     id,
                     record_count: job.record_count,
+                    value: Some(job.value),
                     entries: job.entries,
                     exclusive: false,
                     result: None,
@@ -945,8 +967,9 @@ async fn log_next_offset(log_id: LogId, meta: &dyn MetaStore) -> Result<u64, App
 /// committed, its entries are answered [`AppendError::OutcomeUnknown`], not acknowledged, so
 /// that a caller retrying the earlier entries is never told that later ones were appended
 /// before them. Returns whether the put committed and was acknowledged.
-fn answer(log_id: LogId, put: IssuedPut, behind_a_failure: bool, stats: &Counters) -> bool {
-    let IssuedPut { record_count, entries, result, .. } = put;
+fn answer(log_id: LogId, put: IssuedPut, behind_a_failure: bool, ctx: &PublishCtx) -> bool {
+    let stats = &ctx.stats;
+    let IssuedPut { record_count, value, entries, result, .. } = put;
     let fail_all = |entries: Vec<PendingEntry>, error: AppendError| {
         for e in entries {
             let _ = e.reply.send(Err(error.clone()));
@@ -1005,6 +1028,18 @@ fn answer(log_id: LogId, put: IssuedPut, behind_a_failure: bool, stats: &Counter
         Some(PutResult::Store(Err(err))) => {
             let unknown = err.class() == lakestream_format::ErrorClass::OutcomeUnknown;
             stats.index_put(if unknown { PutOutcome::Unknown } else { PutOutcome::Failed });
+            if let (true, Some(value)) = (unknown, value) {
+                // The put may still commit: the leases it ran under must not be released
+                // before its outcome is known (spec "Leases").
+                let mut pinned: Vec<&HeldLease> = Vec::new();
+                for e in &entries {
+                    if !pinned.iter().any(|p| p.same_lease(&e.lease)) {
+                        ctx.leases
+                            .pin_unsettled(&e.lease, Unsettled::IndexPut { log_id, value: value.clone() });
+                        pinned.push(&e.lease);
+                    }
+                }
+            }
             let reason = err.to_string();
             fail_all(
                 entries,

@@ -236,6 +236,7 @@ async fn append_now(w: &Writer, log: LogId, payload: &'static [u8]) -> lakestrea
     w.append(log, Bytes::from_static(payload), 1).await.unwrap()
 }
 
+// spec-rule: c1370562c3 [Writer, Compactor] An implementation MUST hold a write lease on L while it publis…
 #[tokio::test(start_paused = true)]
 async fn every_index_record_is_published_under_a_write_lease() {
     // [Writer, Compactor] An implementation MUST hold a write lease on L while it publishes an
@@ -255,6 +256,7 @@ async fn every_index_record_is_published_under_a_write_lease() {
     w.close().await;
 }
 
+// spec-rule: 2d6413a9e8 [Writer] A writer MUST NOT publish an index record for a WAL object before the obj…
 #[tokio::test(start_paused = true)]
 async fn no_index_record_is_published_before_its_wal_object_is_written() {
     // [Writer] A writer MUST NOT publish an index record for a WAL object before the object
@@ -295,6 +297,8 @@ async fn no_index_record_is_published_before_its_wal_object_is_written() {
     w.close().await;
 }
 
+// spec-rule: c1370562c3 [Writer, Compactor] An implementation MUST hold a write lease on L while it publis…
+// spec-rule: 2c1ecab615 [Writer, Compactor] An implementation MUST NOT delete a lease record before every…
 #[tokio::test(start_paused = true)]
 async fn soft_trim_holds_the_write_lease_for_its_whole_duration() {
     // [Writer, Compactor] An implementation MUST hold a write lease on L while it writes the
@@ -386,6 +390,8 @@ async fn queue_then_lose_session(
     results
 }
 
+// spec-rule: ae30e1a21f [Writer] A writer MUST NOT report an entry as appended before the index record of…
+// spec-rule: 37ebae7c1f [Writer] A writer SHOULD stop publishing index records for L as soon as it learns…
 #[tokio::test(start_paused = true)]
 async fn a_writer_stops_publishing_once_its_lease_session_has_ended() {
     // [Writer] A writer SHOULD stop publishing index records for L as soon as it learns that
@@ -439,6 +445,8 @@ async fn a_lost_session_fails_appends_clearly_and_a_new_lease_is_taken() {
 proptest::proptest! {
     #![proptest_config(proptest::prelude::ProptestConfig::with_cases(24))]
 
+    // spec-rule: 2014df76d7 [Writer] A writer MUST give every WAL object a name that no other object in th…
+    // spec-rule: e69c3621f2 [Writer] A writer MUST NOT change or overwrite a WAL object after writing it.
     /// [Writer] A writer MUST give every WAL object a name that no other object in the WAL
     /// root has had, and MUST NOT reuse a name, even after its object has been deleted. Many
     /// writers share one root and one clock that stands still, repeats and goes back (a name's

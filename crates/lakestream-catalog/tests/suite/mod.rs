@@ -53,6 +53,7 @@ macro_rules! catalog_suite {
             a_namespace_is_deleted_only_when_it_holds_no_live_stream,
             a_stream_created_during_a_namespace_deletion_never_outlives_it,
             stream_properties_change_by_compare_and_set,
+            a_streams_binding_is_fixed_by_its_creation_properties,
         );
     };
     (@tests $factory:path; $($name:ident),* $(,)?) => {
@@ -151,6 +152,7 @@ fn assert_unique(ids: &[LogId]) {
 
 // ---- log IDs -------------------------------------------------------------------------
 
+// spec-rule: 64e28bb170 [Catalog] A catalog MUST give every log a log ID that no other log of the deployme…
 /// [Catalog] A catalog MUST give every log a log ID that no other log of the deployment has
 /// had, and MUST NOT reuse a log ID, even after its log has been deleted.
 pub async fn log_ids_are_unique_and_never_reused_after_deletion(store: Arc<dyn MetaStore>) {
@@ -173,6 +175,7 @@ pub async fn log_ids_are_unique_and_never_reused_after_deletion(store: Arc<dyn M
     assert!(all.iter().all(|id| id.0 < next), "counter {next} not above {all:?}");
 }
 
+// spec-rule: 64e28bb170 [Catalog] A catalog MUST give every log a log ID that no other log of the deployme…
 /// [Catalog] Log IDs are unique across the deployment: many tasks creating and growing many
 /// streams at once, through two catalog instances sharing the store, never get the same ID.
 pub async fn log_ids_are_unique_under_concurrent_creates(store: Arc<dyn MetaStore>) {
@@ -212,6 +215,7 @@ pub async fn log_ids_are_unique_under_concurrent_creates(store: Arc<dyn MetaStor
 
 // ---- opening logs and layout records -------------------------------------------------
 
+// spec-rule: e1890f8d00 [Catalog] Opening an existing log MUST NOT allocate a log ID, register a stream pa…
 /// [Catalog] Opening an existing log MUST NOT allocate a log ID, register a stream
 /// partition, grow a stream, or change catalog metadata.
 pub async fn opening_an_existing_log_changes_nothing(store: Arc<dyn MetaStore>) {
@@ -251,6 +255,7 @@ pub async fn layout_records_resolve_log_to_stream_and_partition(store: Arc<dyn M
 
 // ---- identities and tombstones -------------------------------------------------------
 
+// spec-rule: 0cf73906ed [Catalog] Creating a stream MUST fail when its identity, the pair of namespace and…
 /// [Catalog] Creating a stream MUST fail when its identity, the pair of namespace and stream
 /// name, has been dropped.
 pub async fn creating_a_dropped_identity_fails(store: Arc<dyn MetaStore>) {
@@ -271,6 +276,7 @@ pub async fn creating_a_dropped_identity_fails(store: Arc<dyn MetaStore>) {
     catalog.create_stream("other", "orders", 1, BTreeMap::new()).await.unwrap();
 }
 
+// spec-rule: 68657430c6 [Catalog] Dropping a stream MUST record a durable tombstone for its identity, even…
 /// [Catalog] Dropping a stream MUST record a durable tombstone for its identity, even when no
 /// live stream has that identity.
 pub async fn dropping_records_a_tombstone_without_a_live_stream(store: Arc<dyn MetaStore>) {
@@ -306,6 +312,7 @@ pub async fn a_new_incarnation_gets_a_new_identity(store: Arc<dyn MetaStore>) {
 
 // ---- adding partitions ---------------------------------------------------------------
 
+// spec-rule: 96319b97d6 [Catalog] Adding stream partitions MUST publish the stream's new layout atomically…
 /// [Catalog] Adding stream partitions MUST publish the stream's new layout atomically, and
 /// only after the log of every new partition exists. The hook store checks, at every
 /// stream-record write, that each log of the layout being written has its log record.
@@ -580,6 +587,7 @@ pub async fn random_concurrent_operations_keep_the_catalog_invariants(store: Arc
 
 // ---- deleting logs, fences and leases ------------------------------------------------
 
+// spec-rule: 4cd58907db [Catalog] Deleting a log MUST be idempotent: deleting a log that is already absent…
 /// [Catalog] Deleting a log MUST be idempotent: deleting a log that is already absent
 /// succeeds.
 pub async fn deleting_a_log_is_idempotent(store: Arc<dyn MetaStore>) {
@@ -604,6 +612,8 @@ pub async fn deleting_a_log_is_idempotent(store: Arc<dyn MetaStore>) {
     assert!(index_keys(store.as_ref(), log_id).await.is_empty());
 }
 
+// spec-rule: 3c1c561618 [All] An implementation MUST NOT delete or change a write fence.
+// spec-rule: ae487782d5 [Catalog] To delete log L, a catalog MUST fence L; then list the lease records of…
 /// [Catalog] To fence log L, a catalog MUST create the write fence with CreateIfAbsent;
 /// [Catalog] to delete L it MUST fence L, list the lease records until none remains, and only
 /// then delete every index record with DeleteRange(P(L), K(L,0,0), K(L,MAX,MAX)).
@@ -645,6 +655,7 @@ pub async fn deleting_a_log_fences_drains_then_purges_index_records(store: Arc<d
     assert!(lease::list_leases(store.as_ref(), doomed).await.unwrap().is_empty());
 }
 
+// spec-rule: ae487782d5 [Catalog] To delete log L, a catalog MUST fence L; then list the lease records of…
 /// An acquired lease blocks deletion: the catalog keeps polling while the lease record
 /// exists and purges nothing; once the lease is released, deletion resumes and completes.
 pub async fn an_acquired_lease_blocks_deletion_until_released(store: Arc<dyn MetaStore>) {
@@ -673,6 +684,8 @@ pub async fn an_acquired_lease_blocks_deletion_until_released(store: Arc<dyn Met
     assert!(catalog.is_dropped(NS, "orders").await.unwrap());
 }
 
+// spec-rule: 3c1c561618 [All] An implementation MUST NOT delete or change a write fence.
+// spec-rule: 4bbadf9fa8 [Catalog] If lease records remain when the catalog stops waiting for them, it MUST…
 /// [Catalog] If lease records remain when the catalog stops waiting for them, it MUST leave
 /// the log's records and objects unchanged, and MUST leave the fence in place. A later
 /// attempt, once the lease is gone, completes the deletion.
@@ -723,6 +736,7 @@ pub async fn a_deletion_that_times_out_purges_nothing_and_keeps_the_fence(store:
     assert!(index_keys(store.as_ref(), log_id).await.is_empty());
 }
 
+// spec-rule: 915c1bb508 [Writer, Compactor] To acquire a write lease on log L, an implementation MUST, in…
 /// The race of the spec: the catalog's fence lands after the writer created its lease record
 /// but before the writer's fence read. The writer reads the fence, gives up, and removes its
 /// lease record, so the deletion finds no lease and completes.
@@ -745,6 +759,7 @@ pub async fn a_fence_before_the_lease_fence_read_makes_the_writer_give_up(store:
     assert!(index_keys(hooks.as_ref(), log_id).await.is_empty());
 }
 
+// spec-rule: ae487782d5 [Catalog] To delete log L, a catalog MUST fence L; then list the lease records of…
 /// A lease record removed because its session ended counts as drained (spec: "The catalog
 /// counts a lease as drained once its lease record is gone").
 pub async fn a_lease_whose_session_ended_counts_as_drained(store: Arc<dyn MetaStore>) {
@@ -767,6 +782,7 @@ pub async fn a_lease_whose_session_ended_counts_as_drained(store: Arc<dyn MetaSt
     assert!(catalog.is_dropped(NS, "orders").await.unwrap());
 }
 
+// spec-rule: 9980fb4670 [Catalog] To fence log L, a catalog MUST create the write fence of L with CreateIf…
 /// Fencing, closing sessions, dropping and deleting can all be repeated.
 pub async fn fencing_closing_and_dropping_are_idempotent(store: Arc<dyn MetaStore>) {
     let catalog = catalog_over(store.clone(), test_config()).await;
@@ -798,6 +814,8 @@ pub async fn a_log_of_a_live_stream_cannot_be_deleted_alone(store: Arc<dyn MetaS
 
 // ---- names and listings --------------------------------------------------------------
 
+// spec-rule: 135b20f22a [Catalog] In format version 3, a stream namespace MUST NOT contain /.
+// spec-rule: 20275f9337 [Catalog] In format version 3, a stream name MUST NOT contain /.
 /// [Catalog] In format version 3, a stream namespace MUST NOT contain /, and a stream name
 /// MUST NOT contain /: every operation that takes a name refuses one.
 pub async fn names_with_slash_are_refused_by_every_operation(store: Arc<dyn MetaStore>) {
@@ -978,4 +996,38 @@ pub async fn stream_properties_change_by_compare_and_set(store: Arc<dyn MetaStor
     catalog.drop_stream(NS, "p").await.unwrap();
     let err = catalog.update_stream_properties(NS, "p", &changes).await.unwrap_err();
     assert!(matches!(err, CatalogError::StreamDropped { .. }), "{err}");
+}
+
+/// A stream's binding (docs/format.md): Kafka for a stream created with the Kafka binding's
+/// properties (Appendix A), native for every other; the properties deciding it cannot change
+/// afterwards, so a stream's entries and its compacted files never follow different bindings.
+pub async fn a_streams_binding_is_fixed_by_its_creation_properties(store: Arc<dyn MetaStore>) {
+    use lakestream_format::{kafka, native};
+    let catalog = catalog_over(store, test_config()).await;
+    let plain = catalog.create_stream(NS, "plain", 1, BTreeMap::new()).await.unwrap();
+    assert_eq!(plain.binding(), native::NATIVE_BINDING);
+    let topic = catalog.create_stream(NS, "topic", 1, kafka::topic_stream_properties("t")).await.unwrap();
+    assert_eq!(topic.binding(), kafka::KAFKA_BINDING);
+    assert_eq!(catalog.get_stream(NS, "topic").await.unwrap().binding(), kafka::KAFKA_BINDING);
+    for (stream, key, value) in [
+        ("plain", kafka::TOPIC_NAME_PROPERTY, Some("t")),
+        ("plain", kafka::LEGACY_TOPIC_PROPERTY, Some("t")),
+        ("topic", kafka::TOPIC_NAME_PROPERTY, None),
+        ("topic", kafka::TOPIC_NAME_PROPERTY, Some("other")),
+    ] {
+        let change = BTreeMap::from([(key.to_owned(), value.map(str::to_owned))]);
+        let err = catalog.update_stream_properties(NS, stream, &change).await.unwrap_err();
+        assert!(matches!(err, CatalogError::InvalidArgument(_)), "{stream} {key}: {err}");
+        assert!(err.to_string().contains(key), "{err}");
+    }
+    assert_eq!(catalog.get_stream(NS, "plain").await.unwrap().binding(), native::NATIVE_BINDING);
+    assert_eq!(catalog.get_stream(NS, "topic").await.unwrap().binding(), kafka::KAFKA_BINDING);
+    // Other properties still change, and setting a binding property to its value is no change.
+    let same = BTreeMap::from([
+        (kafka::TOPIC_NAME_PROPERTY.to_owned(), Some("t".to_owned())),
+        ("owner".to_owned(), Some("me".to_owned())),
+    ]);
+    let updated = catalog.update_stream_properties(NS, "topic", &same).await.unwrap();
+    assert_eq!(updated.properties.get("owner").map(String::as_str), Some("me"));
+    assert_eq!(updated.binding(), kafka::KAFKA_BINDING);
 }

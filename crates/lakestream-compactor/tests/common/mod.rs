@@ -212,6 +212,10 @@ pub struct OpLog {
     /// Fails (without running it) the first metadata operation the predicate accepts, as a
     /// crash or a lost connection right before it would.
     fail: Mutex<Option<OpPredicate>>,
+    /// Answers the first metadata operation the predicate accepts with `OutcomeUnknown`:
+    /// after running it when the flag is set (its answer was lost), without running it
+    /// otherwise (it is still in the store's pipeline; it lands only if the test makes it).
+    unknown: Mutex<Option<(OpPredicate, bool)>>,
 }
 
 type OpPredicate = Box<dyn Fn(&str) -> bool + Send + Sync>;
@@ -247,6 +251,21 @@ impl OpLog {
     /// and answers `Unavailable`.
     pub fn fail_once(&self, when: impl Fn(&str) -> bool + Send + Sync + 'static) {
         *self.fail.lock().unwrap() = Some(Box::new(when));
+    }
+
+    /// Answers the first metadata operation `when` accepts with `OutcomeUnknown`: if `lands`,
+    /// it runs first (its answer is lost), else it does not run (still in flight).
+    pub fn unknown_once(&self, when: impl Fn(&str) -> bool + Send + Sync + 'static, lands: bool) {
+        *self.unknown.lock().unwrap() = Some((Box::new(when), lands));
+    }
+
+    /// Whether `op` is the one to answer `OutcomeUnknown` (disarming it), and whether it lands.
+    fn unknown(&self, op: &str) -> Option<bool> {
+        let mut unknown = self.unknown.lock().unwrap();
+        if unknown.as_ref().is_some_and(|(when, _)| when(op)) {
+            return unknown.take().map(|(_, lands)| lands);
+        }
+        None
     }
 
     /// Whether the failure armed with [`OpLog::fail_once`] has happened (or none was armed).
@@ -324,6 +343,16 @@ impl RecordingMeta {
         if self.log.fails(&op) {
             self.log.push(format!("{op} FAILED"));
             return Err(lakestream_meta::MetaError::Unavailable(format!("injected failure of {op}")));
+        }
+        if let Some(lands) = self.log.unknown(&op) {
+            let unknown = lakestream_meta::MetaError::OutcomeUnknown(format!("injected: no answer to {op}"));
+            if !lands {
+                self.log.push(format!("{op} HELD"));
+                return Err(unknown);
+            }
+            self.log.push(format!("{op} ANSWER LOST"));
+            call.await?;
+            return Err(unknown);
         }
         self.log.push(op.clone());
         let result = call.await;

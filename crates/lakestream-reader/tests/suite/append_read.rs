@@ -38,6 +38,7 @@ async fn read_all(reader: &Reader, log: &LogRef, from: u64) -> Vec<Entry> {
     }
 }
 
+// spec-rule: 05bf0372f3 [Writer] A writer MUST append entries by the following steps.
 #[tokio::test]
 async fn concurrent_writers_on_one_log_get_disjoint_contiguous_offsets() {
     // Goals: "concurrent appends receive disjoint, contiguous offset ranges in the store's
@@ -111,6 +112,9 @@ async fn a_wal_object_holds_at_most_the_configured_number_of_logs() {
     w.close().await;
 }
 
+// spec-rule: 05bf0372f3 [Writer] A writer MUST append entries by the following steps.
+// spec-rule: 2d6413a9e8 [Writer] A writer MUST NOT publish an index record for a WAL object before the obj…
+// spec-rule: 8417d8eea0 [Writer] If writing the object fails, the writer MUST NOT publish an index record…
 #[tokio::test]
 async fn failed_object_write_publishes_no_index_record() {
     // [Writer] If writing the object fails, the writer MUST NOT publish an index record for
@@ -216,6 +220,8 @@ async fn an_index_put_with_unknown_outcome_is_reported_as_unknown_not_failed() {
     w.close().await;
 }
 
+// spec-rule: 05bf0372f3 [Writer] A writer MUST append entries by the following steps.
+// spec-rule: bc3a241078 [Writer, Compactor] If the fence exists, or the Get fails, the implementation MUST…
 #[tokio::test]
 async fn a_fenced_log_refuses_appends() {
     // [Writer] If the fence exists … MUST delete its lease record and MUST NOT change the log.
@@ -260,6 +266,11 @@ async fn an_idle_lease_is_released_so_deleting_the_log_need_not_wait_for_the_wri
     w.close().await;
 }
 
+// spec-rule: d186fe1fb1 [Reader] A reader MUST read B from the trim marker of L, taking B as 0 when the ma…
+// spec-rule: ed74c3e86b [Reader] A reader MUST NOT return an entry that ends at or below B.
+// spec-rule: f217c6f581 [Reader] A reader SHOULD report the greater of that record's start offset and B as…
+// spec-rule: 402d4f8579 [All] An implementation MUST NOT decrease B.
+// spec-rule: c7bc99327d [Writer] A soft trim through offset o, inclusive, MUST compute B′ as the smaller o…
 #[tokio::test]
 async fn soft_trim_caps_at_the_last_record_and_reads_skip_below_b() {
     let s = stack().await;
@@ -288,6 +299,7 @@ async fn soft_trim_caps_at_the_last_record_and_reads_skip_below_b() {
     w.close().await;
 }
 
+// spec-rule: c7bc99327d [Writer] A soft trim through offset o, inclusive, MUST compute B′ as the smaller o…
 #[tokio::test]
 async fn soft_trim_of_a_log_without_records_changes_nothing() {
     let s = stack().await;
@@ -298,6 +310,8 @@ async fn soft_trim_of_a_log_without_records_changes_nothing() {
     w.close().await;
 }
 
+// spec-rule: ed74c3e86b [Reader] A reader MUST NOT return an entry that ends at or below B.
+// spec-rule: f217c6f581 [Reader] A reader SHOULD report the greater of that record's start offset and B as…
 #[tokio::test]
 async fn the_first_offset_is_b_when_b_falls_inside_a_record() {
     // [Reader] A reader SHOULD report the greater of the start offset of the first record
@@ -344,6 +358,7 @@ async fn the_first_offset_is_b_when_b_falls_inside_a_record() {
     w.close().await;
 }
 
+// spec-rule: 49fb846f28 [Reader] A reader MUST read the entries at o′ from the index record of L with the…
 #[tokio::test]
 async fn a_read_inside_an_entry_returns_the_whole_entry() {
     // R4: the first entry returned is the entry that holds o′, and it can start before o′.
@@ -447,6 +462,9 @@ async fn compact_whole_log(s: &Stack, r: &Reader, log: &LogRef) -> Vec<String> {
     wal_names
 }
 
+// spec-rule: 1b2f6a683f [Reader] A reader MUST resolve the file names in a file index against the director…
+// spec-rule: fc936ba355 [Reader] A reader MUST read a RAW record's entries from its WAL object, and a PARQ…
+// spec-rule: 41cc9e9a8e [Reader] A reader MUST read a PARQUET record's entries by these steps.
 #[tokio::test]
 async fn reads_cross_raw_and_parquet_records_with_the_same_bytes_and_timestamps() {
     let s = stack().await;
@@ -472,6 +490,7 @@ async fn reads_cross_raw_and_parquet_records_with_the_same_bytes_and_timestamps(
     w.close().await;
 }
 
+// spec-rule: 050da406ea [Reader] When the object that a record names does not exist, a reader SHOULD look…
 #[tokio::test]
 async fn a_missing_object_makes_the_reader_look_the_record_up_again() {
     // [Reader] When the object that a record names does not exist, a reader SHOULD look up
@@ -538,6 +557,7 @@ async fn fail_fast_backpressure_refuses_instead_of_growing_memory() {
     w.close().await;
 }
 
+// spec-rule: 49fb846f28 [Reader] A reader MUST read the entries at o′ from the index record of L with the…
 #[tokio::test]
 async fn the_index_cache_never_hides_new_records_or_a_covering_record() {
     let s = stack().await;
@@ -594,6 +614,8 @@ async fn ranged_wal_reads_return_what_whole_object_reads_return() {
     w.close().await;
 }
 
+// spec-rule: 6c2c744c42 [Writer] Every entry MUST hold at least one record.
+// spec-rule: e7ec250a7b [Writer] The entries of a log section MUST be listed in the order of their offsets.
 #[tokio::test]
 async fn append_many_keeps_the_order_of_a_request() {
     let s = stack().await;
@@ -643,6 +665,7 @@ async fn append_many_commits_all_or_none() {
     w.close().await;
 }
 
+// spec-rule: d186fe1fb1 [Reader] A reader MUST read B from the trim marker of L, taking B as 0 when the ma…
 #[tokio::test]
 async fn a_read_with_a_stale_trim_marker_retries_from_the_new_one() {
     let s = stack().await;
