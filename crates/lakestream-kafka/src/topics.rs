@@ -130,7 +130,9 @@ pub(crate) async fn create(
         Err(e) if e.kind() != ErrorKind::AlreadyExists => return Err(e),
         _ => {}
     }
-    let properties = BTreeMap::from([("kafka.topic".to_owned(), name.to_owned())]);
+    // The Kafka binding's topic properties (spec Appendix A): the stream's compacted files
+    // carry the Kafka identifiers, and its entries must be complete record batches.
+    let properties = lakestream_format::kafka::topic_stream_properties(name);
     let created = api.create_stream(NAMESPACE, &stream, Some(partitions), properties).await?;
     Ok(Topic { name: name.to_owned(), id, stream, partitions: created.partition_count() })
 }

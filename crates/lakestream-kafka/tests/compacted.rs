@@ -55,8 +55,8 @@ async fn compacted_entries_fetch_as_they_were_written() {
 
     tokio::time::sleep(Duration::from_millis(50)).await;
     let compactor = running.stack.compactor.clone().expect("the stack serves the compactor role");
-    let logs = running.stack.all_logs().await.unwrap();
-    let report = compactor.compact_once(&logs, &no_progress).await;
+    let logs = running.stack.all_compaction_logs().await.unwrap();
+    let report = compactor.compact_logs_once(&logs, &no_progress).await;
     assert!(report.failed.is_empty(), "{:?}", report.failed);
     assert!(!report.ranges.is_empty(), "something was compacted: {report:?}");
 

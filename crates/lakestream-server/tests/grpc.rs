@@ -487,3 +487,35 @@ async fn grpc_is_not_served_unless_configured() {
     assert!(get_ok(&s.at.http.to_string(), "/healthz").await.contains("ok"));
     s.stop().await;
 }
+
+// spec-rule: 1b06759306 [Writer] A Kafka entry payload MUST be exactly the bytes of one or more complete Kafka…
+/// Over gRPC as over HTTP: a Kafka topic's stream refuses entries that are not complete record
+/// batches numbering the entry's records, and writes nothing of a refused request.
+#[tokio::test]
+async fn a_kafka_topic_stream_refuses_entries_that_are_not_its_record_batches() {
+    let s = start().await;
+    let mut c = s.client().await;
+    c.create_stream(pb::CreateStreamRequest {
+        namespace: "default".into(),
+        name: "topic-g".into(),
+        partitions: None,
+        properties: [("lakestream.kafka.topic.name".to_owned(), "g".to_owned())].into(),
+    })
+    .await
+    .unwrap();
+    let err = c.produce(produce("default", "topic-g", vec![entry(b"opaque", None)])).await.unwrap_err();
+    assert_eq!((err.code(), error_code(&err)), (Code::InvalidArgument, "invalid_argument"), "{err:?}");
+    assert!(err.message().contains("Kafka topic"), "{err:?}");
+    let vectors =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../lakestream-format/tests/vectors/kafka");
+    let three = std::fs::read(vectors.join("v2_three_batches.bin")).unwrap();
+    let records = lakestream_format::kafka::count_records(&three).unwrap();
+    let err =
+        c.produce(produce("default", "topic-g", vec![entry(&three, Some(records + 1))])).await.unwrap_err();
+    assert_eq!(err.code(), Code::InvalidArgument, "{err:?}");
+    let o = c.get_offsets(offsets_of("default", "topic-g")).await.unwrap().into_inner();
+    assert_eq!(o.next_offset, 0, "refused requests write nothing");
+    let answer = c.produce(produce("default", "topic-g", vec![entry(&three, Some(records))])).await.unwrap();
+    assert_eq!(acks(&answer.into_inner())[0].record_count, records);
+    s.stop().await;
+}

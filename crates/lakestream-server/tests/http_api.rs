@@ -457,3 +457,47 @@ async fn a_process_without_the_catalog_role_refuses_catalog_changes_but_resolves
     assert_eq!(status, StatusCode::NOT_FOUND, "the stream does not exist; fetches are not served either way");
     stop(s).await;
 }
+
+// spec-rule: 1b06759306 [Writer] A Kafka entry payload MUST be exactly the bytes of one or more complete Kafka…
+/// A Kafka topic's stream (created with the binding's topic property) takes only entries of
+/// complete record batches whose records number the entry's record count, whatever the
+/// content type; anything else is refused before it is written. Other streams take any bytes.
+#[tokio::test]
+async fn a_kafka_topic_stream_refuses_entries_that_are_not_its_record_batches() {
+    let s = start().await;
+    let b = &s.base;
+    let topic = json!({"name": "topic-b", "properties": {"lakestream.kafka.topic.name": "b"}});
+    let (status, e) = json_call(b, "POST", "/v1/namespaces/default/streams", topic).await;
+    assert_eq!(status, StatusCode::CREATED, "{e}");
+    let vectors =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../lakestream-format/tests/vectors/kafka");
+    let three = std::fs::read(vectors.join("v2_three_batches.bin")).unwrap();
+    let records = lakestream_format::kafka::count_records(&three).unwrap();
+    let path = "/v1/namespaces/default/streams/topic-b/partitions/0/entries";
+    // Opaque bytes, as one entry or in a JSON batch: refused, naming the rule.
+    let (status, _, body) = call(b, "POST", path, "application/octet-stream", b"not a record batch").await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{}", String::from_utf8_lossy(&body));
+    assert!(String::from_utf8_lossy(&body).contains("Kafka topic"), "{}", String::from_utf8_lossy(&body));
+    let opaque = json!({"entries": [{"payload_base64": BASE64.encode(b"x")}]});
+    let (status, e) = json_call(b, "POST", path, opaque).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{e}");
+    // Record batches whose count the entry misstates: refused.
+    let wrong = format!("{path}?record_count={}", records + 1);
+    let (status, _, body) = call(b, "POST", &wrong, "application/octet-stream", &three).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{}", String::from_utf8_lossy(&body));
+    let (_, offsets) =
+        json_call(b, "GET", "/v1/namespaces/default/streams/topic-b/partitions/0/offsets", Value::Null).await;
+    assert_eq!(offsets["next_offset"], 0, "nothing refused was written");
+    // The same batches with their count, or counted by the binding: appended.
+    let right = format!("{path}?record_count={records}");
+    let (status, _, body) = call(b, "POST", &right, "application/octet-stream", &three).await;
+    assert_eq!(status, StatusCode::OK, "{}", String::from_utf8_lossy(&body));
+    let (status, _, body) = call(b, "POST", path, "application/vnd.kafka.record-batch", &three).await;
+    assert_eq!(status, StatusCode::OK, "{}", String::from_utf8_lossy(&body));
+    // A stream that is not a Kafka topic takes any bytes.
+    json_call(b, "POST", "/v1/namespaces/default/streams", json!({"name": "plain-b"})).await;
+    let plain = "/v1/namespaces/default/streams/plain-b/partitions/0/entries";
+    let (status, _, body) = call(b, "POST", plain, "application/octet-stream", b"any bytes").await;
+    assert_eq!(status, StatusCode::OK, "{}", String::from_utf8_lossy(&body));
+    stop(s).await;
+}

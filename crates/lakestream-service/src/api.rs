@@ -859,9 +859,14 @@ impl Api {
 
     /// Resolves a partition of a stream to its log through the catalog.
     pub async fn log_of(&self, target: PartitionRef<'_>) -> ApiResult<LogRef> {
+        Ok(self.partition_of(target).await?.1)
+    }
+
+    /// The stream of a partition, and the partition's log.
+    async fn partition_of(&self, target: PartitionRef<'_>) -> ApiResult<(Stream, LogRef)> {
         let stream = self.stack.catalog.get_stream(target.namespace, target.stream).await?;
         let count = stream.partition_count();
-        stream.log_ref(target.partition).ok_or_else(|| {
+        let log = stream.log_ref(target.partition).ok_or_else(|| {
             ApiError::new(
                 ErrorKind::NotFound,
                 format!(
@@ -869,7 +874,8 @@ impl Api {
                     target.namespace, stream.name, target.partition
                 ),
             )
-        })
+        })?;
+        Ok((stream, log))
     }
 
     /// Changes to namespaces and streams need the catalog role; reading them does not (every
@@ -929,12 +935,15 @@ impl Api {
         options: ProduceOptions,
     ) -> ApiResult<futures::future::BoxFuture<'static, ApiResult<Vec<EntryOutcome>>>> {
         use futures::FutureExt as _;
-        let log = self.log_of(target).await?;
+        let (stream, log) = self.partition_of(target).await?;
         let w = self.writer()?;
         let entries = match input {
             ProduceInput::Entries(entries) => {
                 if entries.is_empty() {
                     return Err(ApiError::invalid("entries: must hold at least one entry"));
+                }
+                if lakestream_format::kafka::is_topic_stream(&stream.properties) {
+                    check_kafka_entries(&stream, &entries)?;
                 }
                 entries
             }
@@ -1337,6 +1346,23 @@ fn outcomes_of(
         return Err(first.error.clone());
     }
     Ok(outcomes)
+}
+
+/// Checks that every entry for a Kafka topic's stream holds complete record batches whose
+/// records number what the entry declares (the Kafka binding, spec Appendix A): any other
+/// payload would be misread by every reader of the binding, ours and others'.
+fn check_kafka_entries(stream: &Stream, entries: &[(Bytes, u32)]) -> ApiResult<()> {
+    for (i, (payload, records)) in entries.iter().enumerate() {
+        lakestream_format::kafka::check_entry(payload, Some(*records)).map_err(|e| {
+            ApiError::invalid(format!(
+                "entries[{i}]: stream {}/{} is a Kafka topic, so an entry must be complete Kafka record \
+                 batches whose records number its record_count ({e}); send record batches with \
+                 content-type application/vnd.kafka.record-batch, which counts them",
+                stream.namespace, stream.name
+            ))
+        })?;
+    }
+    Ok(())
 }
 
 /// An idempotent producer's part of a request, from its two fields (an empty id counts as

@@ -223,7 +223,25 @@ impl Stack {
         })
     }
 
-    /// Every log of every live stream, from the catalog, for a compaction pass.
+    /// Every log of every live stream, with its stream's binding (which identifiers its
+    /// compacted files carry), for a compaction pass.
+    pub async fn all_compaction_logs(
+        &self,
+    ) -> Result<Vec<lakestream_compactor::CompactionLog>, CatalogError> {
+        Ok(self
+            .all_streams()
+            .await?
+            .iter()
+            .flat_map(|stream| {
+                let binding = stream.binding();
+                (0..stream.partition_count())
+                    .filter_map(|p| stream.log_ref(p))
+                    .map(move |log| lakestream_compactor::CompactionLog::new(log, binding.clone()))
+            })
+            .collect())
+    }
+
+    /// Every log of every live stream, from the catalog.
     pub async fn all_logs(&self) -> Result<Vec<lakestream_format::LogRef>, CatalogError> {
         Ok(self
             .all_streams()

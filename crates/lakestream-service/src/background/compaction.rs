@@ -29,14 +29,14 @@ pub(crate) async fn run(
             _ = stop.changed() => return,
             _ = tokio::time::sleep(schedule.interval) => {}
         }
-        let logs = match stack.all_logs().await {
+        let logs = match stack.all_compaction_logs().await {
             Ok(logs) => logs,
             Err(e) => {
                 tracing::warn!(error = %e, "compaction pass skipped: cannot list the catalog's logs");
                 continue;
             }
         };
-        let by_id: BTreeMap<LogId, &LogRef> = logs.iter().map(|l| (l.log_id, l)).collect();
+        let by_id: BTreeMap<LogId, &LogRef> = logs.iter().map(|l| (l.log.log_id, &l.log)).collect();
         let clock = stack.clock.clone();
         let record = |p: &Progress| {
             if let Progress::Backlog(b) = p
@@ -57,7 +57,7 @@ pub(crate) async fn run(
                 tracing::info!("stopping: compaction pass abandoned; the next start resumes it");
                 return;
             }
-            report = compactor.compact_once(&logs, &record) => report,
+            report = compactor.compact_logs_once(&logs, &record) => report,
         };
         metrics.compaction.retain_logs(&by_id.keys().copied().collect::<BTreeSet<_>>());
         metrics.compaction.ranges.fetch_add(report.ranges.len() as u64, Ordering::Relaxed);
@@ -77,9 +77,10 @@ pub(crate) async fn run(
         }
         // Index records below trim markers (retention, user trims) go now; their objects at
         // the next reclamation pass.
+        let log_refs: Vec<LogRef> = logs.iter().map(|l| l.log.clone()).collect();
         let trimmed = tokio::select! {
             _ = stop.changed() => return,
-            n = crate::background::retention::hard_trim_behind_markers(&stack, &compactor, &logs, &metrics) => n,
+            n = crate::background::retention::hard_trim_behind_markers(&stack, &compactor, &log_refs, &metrics) => n,
         };
         if trimmed > 0 {
             tracing::info!(logs = trimmed, "hard-trimmed behind trim markers");
