@@ -236,7 +236,7 @@ impl Stack {
                 let binding = stream.binding();
                 (0..stream.partition_count())
                     .filter_map(|p| stream.log_ref(p))
-                    .map(move |log| lakestream_compactor::CompactionLog::new(log, binding.clone()))
+                    .map(move |log| lakestream_compactor::CompactionLog::new(log, binding))
             })
             .collect())
     }
