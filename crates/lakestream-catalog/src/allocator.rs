@@ -14,8 +14,10 @@
 //! leaves it alone, so IDs are never reused after deletion either.
 //!
 //! Why it makes progress: a lost compare-and-set means another allocation succeeded, so
-//! the system as a whole always advances; the loop is bounded by
-//! [`crate::CatalogConfig::max_cas_attempts`] only to stop pathological storms.
+//! the system as a whole always advances. The loop is [`lakestream_meta::cas_update`]: a lost
+//! round pauses (jittered, growing) before it reads again, and the loop is bounded by
+//! [`crate::CatalogConfig::max_cas_attempts`] only to stop pathological storms. The counter
+//! record's rule — it only moves up — is checked before every write.
 //!
 //! The alternative, a sequenced put on a dedicated prefix, needs no retry loop but leaves
 //! one record per allocation, and deleting its greatest key would restart the sequence at
@@ -24,59 +26,51 @@
 use std::ops::Range;
 
 use lakestream_format::LogId;
-use lakestream_meta::{MetaError, MetaStore, PutCondition};
+use lakestream_meta::{CasOptions, Change, Current, MetaStore, cas_update};
 
 use crate::error::{CatalogError, Result};
-use crate::records::{CatalogRecord, LogIdCounterRecord, RECORD_VERSION, log_id_counter_key};
+use crate::records::{LogIdCounterRecord, RECORD_VERSION, log_id_counter_key};
 
 /// Takes `count` (≥ 1) fresh log IDs from the counter in `partition`; no ID below
-/// `first_log_id` is handed out.
+/// `first_log_id` is handed out. `options` should re-read after an unknown outcome: a
+/// write that landed unseen only wastes its range (the next round starts above it), and
+/// never hands it out twice.
 pub(crate) async fn allocate_log_ids(
     store: &dyn MetaStore,
     partition: &str,
     first_log_id: u64,
     count: u64,
-    max_attempts: u32,
+    options: &CasOptions,
 ) -> Result<Range<u64>> {
     let key = log_id_counter_key();
-    for _ in 0..max_attempts {
-        let (next, condition) = match store.get(partition, &key).await? {
-            None => (first_log_id, PutCondition::IfAbsent),
-            Some(record) => {
-                let counter = LogIdCounterRecord::decode(&key, &record.value)?;
-                (counter.next_log_id.max(first_log_id), PutCondition::IfVersion(record.version))
-            }
-        };
+    let mut taken = 0..0;
+    cas_update(store, partition, &key, options, |current: Option<&Current<LogIdCounterRecord>>| {
+        let next = current.map_or(first_log_id, |c| c.value.next_log_id.max(first_log_id));
         let end = next
             .checked_add(count)
             .filter(|&end| end <= LogId::MAX.0 + 1)
             .ok_or(CatalogError::LogIdsExhausted { next, requested: count })?;
-        let value = LogIdCounterRecord { version: RECORD_VERSION, next_log_id: end }.encode();
-        match store.put(partition, &key, value, condition).await {
-            Ok(_) => return Ok(next..end),
-            // Another allocation won, or ours may have committed: read again. An unknown
-            // outcome can only waste the range, never hand it out twice.
-            Err(
-                MetaError::KeyExists { .. }
-                | MetaError::VersionMismatch { .. }
-                | MetaError::OutcomeUnknown(_),
-            ) => {
-                tokio::task::yield_now().await;
-            }
-            Err(other) => return Err(other.into()),
-        }
-    }
-    Err(CatalogError::Contended { key, attempts: max_attempts })
+        taken = next..end;
+        Ok(Change::Write(LogIdCounterRecord { version: RECORD_VERSION, next_log_id: end }))
+    })
+    .await?;
+    Ok(taken)
 }
 
 #[cfg(test)]
 mod tests {
     use bytes::Bytes;
-    use lakestream_meta::InMemoryStore;
+    use lakestream_format::retry::{Backoff, BackoffPolicy};
+    use lakestream_meta::{InMemoryStore, PutCondition};
 
     use super::*;
+    use crate::records::CatalogRecord;
 
     const P: &str = "lakestream-catalog";
+
+    fn options() -> CasOptions {
+        CasOptions::new(Backoff::seeded(BackoffPolicy::compare_and_set(10), 1)).reread_unknown_outcomes()
+    }
 
     async fn next_of(store: &InMemoryStore) -> u64 {
         let record = store.get(P, &log_id_counter_key()).await.unwrap().unwrap();
@@ -86,11 +80,11 @@ mod tests {
     #[tokio::test]
     async fn ranges_are_disjoint_and_increasing_from_the_floor() {
         let store = InMemoryStore::new();
-        assert_eq!(allocate_log_ids(&store, P, 5, 3, 10).await.unwrap(), 5..8);
-        assert_eq!(allocate_log_ids(&store, P, 5, 1, 10).await.unwrap(), 8..9);
+        assert_eq!(allocate_log_ids(&store, P, 5, 3, &options()).await.unwrap(), 5..8);
+        assert_eq!(allocate_log_ids(&store, P, 5, 1, &options()).await.unwrap(), 8..9);
         // Raising the floor jumps ahead; lowering it never goes back.
-        assert_eq!(allocate_log_ids(&store, P, 100, 2, 10).await.unwrap(), 100..102);
-        assert_eq!(allocate_log_ids(&store, P, 0, 1, 10).await.unwrap(), 102..103);
+        assert_eq!(allocate_log_ids(&store, P, 100, 2, &options()).await.unwrap(), 100..102);
+        assert_eq!(allocate_log_ids(&store, P, 0, 1, &options()).await.unwrap(), 102..103);
         assert_eq!(next_of(&store).await, 103);
     }
 
@@ -98,8 +92,8 @@ mod tests {
     async fn exhaustion_is_an_error_and_changes_nothing() {
         let store = InMemoryStore::new();
         let last = LogId::MAX.0;
-        assert_eq!(allocate_log_ids(&store, P, last - 1, 2, 10).await.unwrap(), last - 1..last + 1);
-        let err = allocate_log_ids(&store, P, 0, 1, 10).await.unwrap_err();
+        assert_eq!(allocate_log_ids(&store, P, last - 1, 2, &options()).await.unwrap(), last - 1..last + 1);
+        let err = allocate_log_ids(&store, P, 0, 1, &options()).await.unwrap_err();
         assert!(
             matches!(err, CatalogError::LogIdsExhausted { next, requested: 1 } if next == last + 1),
             "{err}"
@@ -111,7 +105,7 @@ mod tests {
     async fn a_corrupt_counter_is_reported_not_overwritten() {
         let store = InMemoryStore::new();
         store.put(P, &log_id_counter_key(), Bytes::from_static(b"12"), PutCondition::None).await.unwrap();
-        let err = allocate_log_ids(&store, P, 0, 1, 10).await.unwrap_err();
+        let err = allocate_log_ids(&store, P, 0, 1, &options()).await.unwrap_err();
         assert!(matches!(err, CatalogError::CorruptRecord { .. }), "{err}");
         let stored = store.get(P, &log_id_counter_key()).await.unwrap().unwrap();
         assert_eq!(&stored.value[..], b"12");

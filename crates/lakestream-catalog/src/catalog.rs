@@ -27,7 +27,10 @@ use std::sync::Arc;
 
 use lakestream_format::compacted::Binding;
 use lakestream_format::{LogId, LogRef, kafka, keys, native};
-use lakestream_meta::{MetaError, MetaStore, PutCondition, Version, lease};
+use lakestream_format::retry::{Backoff, BackoffPolicy, Jitter};
+use lakestream_meta::{
+    CasOptions, CasRecord, Change, Current, MetaError, MetaStore, PutCondition, Updated, cas_update, lease,
+};
 use tracing::{debug, info, warn};
 
 use crate::allocator::allocate_log_ids;
@@ -129,26 +132,39 @@ pub enum Growth {
 }
 
 /// A decoded record with the store's metadata needed to update it.
-#[derive(Debug, Clone)]
-struct Versioned<T> {
-    value: T,
-    version: Version,
-    created_ms: i64,
-}
+type Versioned<T> = Current<T>;
 
 /// The Catalog role over a metadata store. Cheap to clone; every method is safe to call
 /// concurrently, from one process or many.
+///
+/// Every change of a catalog record is a compare-and-set; a lost one is retried after a
+/// pause ([`BackoffPolicy::compare_and_set`], with full jitter) up to
+/// [`CatalogConfig::max_cas_attempts`] times, then reported as
+/// [`CatalogError::Contended`].
 #[derive(Debug, Clone)]
 pub struct Catalog {
     store: Arc<dyn MetaStore>,
     config: Arc<CatalogConfig>,
+    /// How lost compare-and-sets are retried. Every loop re-reads after an unknown outcome:
+    /// each recognises its own write, or (the allocator) only wastes IDs by repeating it.
+    cas: CasOptions,
 }
 
 impl Catalog {
-    /// A catalog over `store`, after checking `config`.
+    /// A catalog over `store`, after checking `config`. The pauses between compare-and-set
+    /// rounds draw their jitter from the process's generator ([`Jitter::process`]);
+    /// [`Catalog::with_jitter`] injects it.
     pub fn new(store: Arc<dyn MetaStore>, config: CatalogConfig) -> Result<Self> {
+        Self::with_jitter(store, config, Jitter::process())
+    }
+
+    /// [`Catalog::new`] with the jitter of its compare-and-set pauses drawn from `jitter`
+    /// (seeded, in tests and simulations).
+    pub fn with_jitter(store: Arc<dyn MetaStore>, config: CatalogConfig, jitter: Arc<Jitter>) -> Result<Self> {
         config.validate()?;
-        Ok(Self { store, config: Arc::new(config) })
+        let backoff = Backoff::new(BackoffPolicy::compare_and_set(config.max_cas_attempts), jitter);
+        let cas = CasOptions::new(backoff).reread_unknown_outcomes();
+        Ok(Self { store, config: Arc::new(config), cas })
     }
 
     /// The settings in use.
@@ -216,33 +232,15 @@ impl Catalog {
         validate_namespace(name)?;
         let key = namespace_key(name);
         let not_found = || CatalogError::NamespaceNotFound { namespace: name.to_owned() };
-        let mut marked = None;
-        for _ in 0..self.config.max_cas_attempts {
-            let Some(current) = self.read::<NamespaceRecord>(&key).await? else {
-                return Err(not_found());
-            };
-            if current.value.state == NamespaceState::Deleting {
+        let marked = self
+            .update(&key, |current: Option<&Versioned<NamespaceRecord>>| match current {
+                None => Err(not_found()),
                 // Another deletion is in flight (or crashed): finish it the same way.
-                marked = Some(current);
-                break;
-            }
-            let mut deleting = current.value.clone();
-            deleting.state = NamespaceState::Deleting;
-            match self
-                .store
-                .put(self.partition(), &key, deleting.encode(), PutCondition::IfVersion(current.version))
-                .await
-            {
-                Ok(_) => {}
-                Err(MetaError::VersionMismatch { .. } | MetaError::OutcomeUnknown(_)) => continue,
-                Err(other) => return Err(other.into()),
-            }
-            marked = self.read::<NamespaceRecord>(&key).await?;
-            break;
-        }
-        let Some(marked) = marked else {
-            return Err(CatalogError::Contended { key, attempts: self.config.max_cas_attempts });
-        };
+                Some(c) if c.value.state == NamespaceState::Deleting => Ok(Change::Keep),
+                Some(c) => Ok(Change::Write(NamespaceRecord { state: NamespaceState::Deleting, ..c.value.clone() })),
+            })
+            .await?;
+        let marked = settled(marked, &key)?;
         let live = self.count_live_streams(name).await?;
         if live > 0 {
             // Back to active, unless someone changed it since (then they decide).
@@ -271,7 +269,7 @@ impl Catalog {
                     1000,
                     |record: StreamRecord, created_ms| {
                         (record.state != StreamState::Dropped)
-                            .then(|| stream_of(Versioned { value: record, version: 0, created_ms }))
+                            .then(|| stream_of(Versioned { value: record, version: 0, created_ms, modified_ms: 0 }))
                     },
                 )
                 .await?;
@@ -288,24 +286,14 @@ impl Catalog {
     /// [`Catalog::delete_namespace`]). `false` when it is gone or being deleted.
     async fn confirm_namespace_active(&self, namespace: &str) -> Result<bool> {
         let key = namespace_key(namespace);
-        for _ in 0..self.config.max_cas_attempts {
-            let Some(current) = self.read::<NamespaceRecord>(&key).await? else {
-                return Ok(false);
-            };
-            if current.value.state != NamespaceState::Active {
-                return Ok(false);
-            }
-            match self
-                .store
-                .put(self.partition(), &key, current.value.encode(), PutCondition::IfVersion(current.version))
-                .await
-            {
-                Ok(_) => return Ok(true),
-                Err(MetaError::VersionMismatch { .. } | MetaError::OutcomeUnknown(_)) => continue,
-                Err(other) => return Err(other.into()),
-            }
-        }
-        Err(CatalogError::Contended { key, attempts: self.config.max_cas_attempts })
+        let confirmed = self
+            .update(&key, |current: Option<&Versioned<NamespaceRecord>>| match current {
+                // Rewriting the same value still changes the version a deletion compares.
+                Some(c) if c.value.state == NamespaceState::Active => Ok(Change::Write(c.value.clone())),
+                _ => Ok(Change::Keep),
+            })
+            .await?;
+        Ok(confirmed.written)
     }
 
     // ---- streams -------------------------------------------------------------------
@@ -345,27 +333,13 @@ impl Catalog {
             layout: Vec::new(),
             pending_expansion: Some(PendingExpansion { new_logs: ids.clone().collect() }),
         };
-        let mut attempts = 0;
-        loop {
-            attempts += 1;
-            match self.store.put(self.partition(), &key, record.encode(), PutCondition::IfAbsent).await {
-                Ok(_) => break,
-                Err(MetaError::KeyExists { .. }) => {
-                    // Ours, if an earlier attempt with an unknown outcome committed.
-                    match self.read::<StreamRecord>(&key).await? {
-                        Some(found) if found.value.all_logs().any(|l| l.0 == ids.start) => break,
-                        Some(found) => return Err(taken(&found.value)),
-                        None => {}
-                    }
-                }
-                // CreateIfAbsent is safe to repeat: a second success is impossible.
-                Err(MetaError::OutcomeUnknown(_)) => {}
-                Err(other) => return Err(other.into()),
-            }
-            if attempts >= self.config.max_cas_attempts {
-                return Err(CatalogError::Contended { key, attempts });
-            }
-        }
+        self.update(&key, |current: Option<&Versioned<StreamRecord>>| match current {
+            None => Ok(Change::Write(record.clone())),
+            // Ours, if an earlier attempt with an unknown outcome committed.
+            Some(found) if found.value.all_logs().any(|l| l.0 == ids.start) => Ok(Change::Keep),
+            Some(found) => Err(taken(&found.value)),
+        })
+        .await?;
         if !self.confirm_namespace_active(namespace).await? {
             // A deletion of the namespace came first: undo, leaving a tombstone.
             self.drop_stream(namespace, name).await?;
@@ -403,7 +377,7 @@ impl Catalog {
         }
         self.list_page(&streams_prefix(namespace), after, limit, |record: StreamRecord, created_ms| {
             (record.state == StreamState::Active)
-                .then(|| stream_of(Versioned { value: record, version: 0, created_ms }))
+                .then(|| stream_of(Versioned { value: record, version: 0, created_ms, modified_ms: 0 }))
         })
         .await
     }
@@ -421,7 +395,10 @@ impl Catalog {
             return Err(CatalogError::InvalidArgument(format!("{growth:?} adds no partition")));
         }
         let key = stream_key(namespace, name);
-        for _ in 0..self.config.max_cas_attempts {
+        // Each round allocates IDs for the layout it read and claims them; a round whose
+        // layout changed meanwhile starts again (the IDs it took are skipped, never reused).
+        for round in 0..self.config.max_cas_attempts {
+            self.pause_before(round).await;
             let current = self.complete_expansion(namespace, name).await?;
             let have = current.value.layout.len() as u64;
             let target = match growth {
@@ -433,24 +410,25 @@ impl Catalog {
             }
             self.check_partition_count(target)?;
             let ids = self.allocate(target - have).await?;
-            let mut claimed = current.value.clone();
-            claimed.pending_expansion = Some(PendingExpansion { new_logs: ids.clone().collect() });
-            let outcome = self
-                .store
-                .put(self.partition(), &key, claimed.encode(), PutCondition::IfVersion(current.version))
-                .await;
-            match outcome {
-                Ok(_) => {}
-                // Lost to another change of the stream: start again from what it is now. The
-                // IDs we took are skipped, never reused.
-                Err(MetaError::VersionMismatch { .. }) => continue,
-                Err(MetaError::OutcomeUnknown(_)) => {
-                    let now = self.read_live_stream(namespace, name).await?;
-                    if !now.value.all_logs().any(|l| l.0 == ids.start) {
-                        continue;
+            let claim = PendingExpansion { new_logs: ids.clone().collect() };
+            let ours = |record: &StreamRecord| record.all_logs().any(|l| l.0 == ids.start);
+            let claimed = self
+                .update(&key, |now: Option<&Versioned<StreamRecord>>| {
+                    let now = live_stream(now, namespace, name)?;
+                    if ours(&now.value)
+                        || now.value.pending_expansion.is_some()
+                        || now.value.layout.len() as u64 != have
+                    {
+                        // Claimed already (an unknown outcome that landed), or another
+                        // expansion came first: decided below.
+                        return Ok(Change::Keep);
                     }
-                }
-                Err(other) => return Err(other.into()),
+                    let claimed = StreamRecord { pending_expansion: Some(claim.clone()), ..now.value.clone() };
+                    Ok(Change::Write(claimed))
+                })
+                .await?;
+            if !ours(&settled(claimed, &key)?.value) {
+                continue;
             }
             debug!(namespace, name, first_log_id = ids.start, target, "claimed expansion");
             let published = self.complete_expansion(namespace, name).await?;
@@ -482,55 +460,57 @@ impl Catalog {
         validate_namespace(namespace)?;
         validate_stream_name(name)?;
         let key = stream_key(namespace, name);
-        for _ in 0..self.config.max_cas_attempts {
-            let Some(current) = self.read::<StreamRecord>(&key).await? else {
-                // No record at all: the tombstone is a fresh record in the dropped state.
-                let tombstone = StreamRecord {
-                    version: RECORD_VERSION,
-                    namespace: namespace.to_owned(),
-                    name: name.to_owned(),
-                    state: StreamState::Dropped,
-                    properties: BTreeMap::new(),
-                    layout: Vec::new(),
-                    pending_expansion: None,
-                };
-                match self.store.put(self.partition(), &key, tombstone.encode(), PutCondition::IfAbsent).await
-                {
-                    Ok(_) => {
-                        info!(namespace, name, "recorded tombstone for an identity without a stream");
-                        return Ok(());
-                    }
-                    Err(MetaError::KeyExists { .. } | MetaError::OutcomeUnknown(_)) => continue,
-                    Err(other) => return Err(other.into()),
+        // 1. The tombstone: an active stream becomes `dropping`; an identity without a record
+        //    gets one in the `dropped` state.
+        let tombstone = StreamRecord {
+            version: RECORD_VERSION,
+            namespace: namespace.to_owned(),
+            name: name.to_owned(),
+            state: StreamState::Dropped,
+            properties: BTreeMap::new(),
+            layout: Vec::new(),
+            pending_expansion: None,
+        };
+        let marked = self
+            .update(&key, |current: Option<&Versioned<StreamRecord>>| match current {
+                None => Ok(Change::Write(tombstone.clone())),
+                Some(c) if c.value.state == StreamState::Active => {
+                    Ok(Change::Write(StreamRecord { state: StreamState::Dropping, ..c.value.clone() }))
                 }
-            };
-            let mut next = current.value.clone();
-            match current.value.state {
-                StreamState::Dropped => return Ok(()),
-                StreamState::Active => next.state = StreamState::Dropping,
-                StreamState::Dropping => {
-                    for log_id in current.value.all_logs() {
-                        self.purge_log(log_id).await?;
-                    }
-                    next.state = StreamState::Dropped;
+                Some(_) => Ok(Change::Keep),
+            })
+            .await?;
+        let written = marked.written;
+        let marked = settled(marked, &key)?;
+        match marked.value.state {
+            StreamState::Dropped => {
+                if written {
+                    info!(namespace, name, "recorded tombstone for an identity without a stream");
                 }
+                return Ok(());
             }
-            match self
-                .store
-                .put(self.partition(), &key, next.encode(), PutCondition::IfVersion(current.version))
-                .await
-            {
-                Ok(_) => {
-                    info!(namespace, name, state = ?next.state, "dropping stream");
-                    if next.state == StreamState::Dropped {
-                        return Ok(());
-                    }
-                }
-                Err(MetaError::VersionMismatch { .. } | MetaError::OutcomeUnknown(_)) => {}
-                Err(other) => return Err(other.into()),
-            }
+            StreamState::Dropping if written => info!(namespace, name, "dropping stream"),
+            _ => {}
         }
-        Err(CatalogError::Contended { key, attempts: self.config.max_cas_attempts })
+        // 2. Its logs. A `dropping` record's logs cannot change any more: expansions act on
+        //    live streams only.
+        for log_id in marked.value.all_logs() {
+            self.purge_log(log_id).await?;
+        }
+        // 3. The tombstone becomes `dropped`.
+        let dropped = self
+            .update(&key, |current: Option<&Versioned<StreamRecord>>| match current {
+                Some(c) if c.value.state == StreamState::Dropping => {
+                    Ok(Change::Write(StreamRecord { state: StreamState::Dropped, ..c.value.clone() }))
+                }
+                Some(c) if c.value.state == StreamState::Dropped => Ok(Change::Keep),
+                _ => Err(CatalogError::corrupt(&key, "the tombstone of a stream being dropped is gone or live again")),
+            })
+            .await?;
+        if dropped.written {
+            info!(namespace, name, "dropped stream");
+        }
+        Ok(())
     }
 
     /// Changes a live stream's properties: each `Some` value is set, each `None` removed.
@@ -546,44 +526,31 @@ impl Catalog {
         validate_namespace(namespace)?;
         validate_stream_name(name)?;
         let key = stream_key(namespace, name);
-        for _ in 0..self.config.max_cas_attempts {
-            let current = self.read_live_stream(namespace, name).await?;
-            let mut next = current.value.clone();
-            for (k, v) in changes {
-                match v {
-                    Some(v) => next.properties.insert(k.clone(), v.clone()),
-                    None => next.properties.remove(k),
-                };
-            }
-            if let Some(fixed) = BINDING_PROPERTIES
-                .iter()
-                .find(|k| current.value.properties.get(**k) != next.properties.get(**k))
-            {
-                return Err(CatalogError::InvalidArgument(format!(
-                    "stream {namespace}/{name}: property {fixed:?} decides the stream's binding and is fixed at creation"
-                )));
-            }
-            if next == current.value {
-                return Ok(stream_of(current));
-            }
-            match self
-                .store
-                .put(self.partition(), &key, next.encode(), PutCondition::IfVersion(current.version))
-                .await
-            {
-                Ok(written) => {
-                    info!(namespace, name, "updated stream properties");
-                    return Ok(stream_of(Versioned {
-                        value: next,
-                        version: written.version,
-                        created_ms: current.created_ms,
-                    }));
+        let updated = self
+            .update(&key, |current: Option<&Versioned<StreamRecord>>| {
+                let current = live_stream(current, namespace, name)?;
+                let mut next = current.value.clone();
+                for (k, v) in changes {
+                    match v {
+                        Some(v) => next.properties.insert(k.clone(), v.clone()),
+                        None => next.properties.remove(k),
+                    };
                 }
-                Err(MetaError::VersionMismatch { .. } | MetaError::OutcomeUnknown(_)) => continue,
-                Err(other) => return Err(other.into()),
-            }
+                if let Some(fixed) = BINDING_PROPERTIES
+                    .iter()
+                    .find(|k| current.value.properties.get(**k) != next.properties.get(**k))
+                {
+                    return Err(CatalogError::InvalidArgument(format!(
+                        "stream {namespace}/{name}: property {fixed:?} decides the stream's binding and is fixed at creation"
+                    )));
+                }
+                Ok(if next == current.value { Change::Keep } else { Change::Write(next) })
+            })
+            .await?;
+        if updated.written {
+            info!(namespace, name, "updated stream properties");
         }
-        Err(CatalogError::Contended { key, attempts: self.config.max_cas_attempts })
+        Ok(stream_of(settled(updated, &key)?))
     }
 
     /// Whether the identity has been dropped (its tombstone exists).
@@ -676,7 +643,7 @@ impl Catalog {
             self.partition(),
             self.config.first_log_id,
             count,
-            self.config.max_cas_attempts,
+            &self.cas,
         )
         .await
     }
@@ -685,19 +652,38 @@ impl Catalog {
         let Some(record) = self.store.get(self.partition(), key).await? else {
             return Ok(None);
         };
-        let value = R::decode(key, &record.value)?;
-        Ok(Some(Versioned { value, version: record.version, created_ms: record.created_ms }))
+        let value = <R as CatalogRecord>::decode(key, &record.value)?;
+        Ok(Some(Versioned {
+            value,
+            version: record.version,
+            created_ms: record.created_ms,
+            modified_ms: record.modified_ms,
+        }))
     }
 
     async fn read_live_stream(&self, namespace: &str, name: &str) -> Result<Versioned<StreamRecord>> {
-        match self.read::<StreamRecord>(&stream_key(namespace, name)).await? {
-            None => {
-                Err(CatalogError::StreamNotFound { namespace: namespace.to_owned(), stream: name.to_owned() })
-            }
-            Some(found) if found.value.state != StreamState::Active => {
-                Err(CatalogError::StreamDropped { namespace: namespace.to_owned(), stream: name.to_owned() })
-            }
-            Some(found) => Ok(found),
+        let found = self.read::<StreamRecord>(&stream_key(namespace, name)).await?;
+        live_stream(found.as_ref(), namespace, name)?;
+        found.ok_or_else(|| CatalogError::StreamNotFound { namespace: namespace.to_owned(), stream: name.to_owned() })
+    }
+
+    /// [`cas_update`] of the catalog record `key`, with the catalog's retries.
+    async fn update<R>(
+        &self,
+        key: &str,
+        mutate: impl FnMut(Option<&Versioned<R>>) -> Result<Change<R>>,
+    ) -> Result<Updated<R>>
+    where
+        R: CasRecord<Error = CatalogError>,
+    {
+        Ok(cas_update(self.store.as_ref(), self.partition(), key, &self.cas, mutate).await?)
+    }
+
+    /// The pause before round `round` (0-based) of a compare-and-set loop that cannot use
+    /// [`cas_update`]: none before the first.
+    async fn pause_before(&self, round: u32) {
+        if round > 0 {
+            tokio::time::sleep(self.cas.backoff.delay(round - 1)).await;
         }
     }
 
@@ -705,7 +691,9 @@ impl Catalog {
     /// publish them by compare-and-set. Returns the live stream with nothing pending.
     async fn complete_expansion(&self, namespace: &str, name: &str) -> Result<Versioned<StreamRecord>> {
         let key = stream_key(namespace, name);
-        for _ in 0..self.config.max_cas_attempts {
+        // Each round registers the pending logs it read, then publishes them with `cas_update`.
+        for round in 0..self.config.max_cas_attempts {
+            self.pause_before(round).await;
             let current = self.read_live_stream(namespace, name).await?;
             let Some(pending) = &current.value.pending_expansion else {
                 return Ok(current);
@@ -716,26 +704,25 @@ impl Catalog {
                     .map_err(|_| CatalogError::corrupt(&key, "more partitions than fit in 32 bits"))?;
                 self.register_log(LogId(id), namespace, name, partition).await?;
             }
-            let mut published = current.value.clone();
-            published.layout.extend_from_slice(&pending.new_logs);
-            published.pending_expansion = None;
-            match self
-                .store
-                .put(self.partition(), &key, published.encode(), PutCondition::IfVersion(current.version))
-                .await
-            {
-                Ok(written) => {
-                    return Ok(Versioned {
-                        value: published,
-                        version: written.version,
-                        created_ms: current.created_ms,
-                    });
-                }
-                // Someone else published it (or dropped the stream), or ours may have
-                // committed: read again and decide from what is there.
-                Err(MetaError::VersionMismatch { .. } | MetaError::OutcomeUnknown(_)) => {}
-                Err(other) => return Err(other.into()),
+            let published = self
+                .update(&key, |now: Option<&Versioned<StreamRecord>>| {
+                    let now = live_stream(now, namespace, name)?;
+                    if now.value.pending_expansion.as_ref() != Some(pending) {
+                        // Published by someone else (or ours, after an unknown outcome), or
+                        // another expansion claimed since: decided below.
+                        return Ok(Change::Keep);
+                    }
+                    let mut published = now.value.clone();
+                    published.layout.extend_from_slice(&pending.new_logs);
+                    published.pending_expansion = None;
+                    Ok(Change::Write(published))
+                })
+                .await?;
+            let published = settled(published, &key)?;
+            if published.value.pending_expansion.is_none() {
+                return Ok(published);
             }
+            // Another expansion was claimed after ours was published: register its logs too.
         }
         Err(CatalogError::Contended { key, attempts: self.config.max_cas_attempts })
     }
@@ -750,30 +737,20 @@ impl Catalog {
             stream: stream.to_owned(),
             partition,
         };
-        for _ in 0..self.config.max_cas_attempts {
-            match self.store.put(self.partition(), &key, record.encode(), PutCondition::IfAbsent).await {
-                Ok(_) => return Ok(()),
-                Err(MetaError::KeyExists { .. }) => match self.read::<LogRecord>(&key).await? {
-                    Some(existing) if existing.value == record => return Ok(()),
-                    Some(existing) => {
-                        return Err(CatalogError::corrupt(
-                            &key,
-                            format!(
-                                "log {log_id} is registered to {}/{} partition {}, but the layout of \
-                                 {namespace}/{stream} claims it for partition {partition}",
-                                existing.value.namespace, existing.value.stream, existing.value.partition
-                            ),
-                        ));
-                    }
-                    // Deleted between our put and our read (the stream was dropped): retry,
-                    // and the publish step will see the tombstone.
-                    None => {}
-                },
-                Err(MetaError::OutcomeUnknown(_)) => {}
-                Err(other) => return Err(other.into()),
-            }
-        }
-        Err(CatalogError::Contended { key, attempts: self.config.max_cas_attempts })
+        self.update(&key, |current: Option<&Versioned<LogRecord>>| match current {
+            None => Ok(Change::Write(record.clone())),
+            Some(existing) if existing.value == record => Ok(Change::Keep),
+            Some(existing) => Err(CatalogError::corrupt(
+                &key,
+                format!(
+                    "log {log_id} is registered to {}/{} partition {}, but the layout of \
+                     {namespace}/{stream} claims it for partition {partition}",
+                    existing.value.namespace, existing.value.stream, existing.value.partition
+                ),
+            )),
+        })
+        .await?;
+        Ok(())
     }
 
     /// Fence, drain, purge the index records (and the producer states), then remove the log
@@ -877,6 +854,26 @@ fn stream_of(found: Versioned<StreamRecord>) -> Stream {
             .map(|p| p.new_logs.into_iter().map(LogId).collect())
             .unwrap_or_default(),
         created_ms: found.created_ms,
+    }
+}
+
+/// The record an update left: present whenever its mutation refuses an absent one.
+fn settled<R>(updated: Updated<R>, key: &str) -> Result<Versioned<R>> {
+    updated.record.ok_or_else(|| CatalogError::corrupt(key, "the record vanished during an update"))
+}
+
+/// The live stream of a read, or why there is none.
+fn live_stream<'a>(
+    found: Option<&'a Versioned<StreamRecord>>,
+    namespace: &str,
+    name: &str,
+) -> Result<&'a Versioned<StreamRecord>> {
+    match found {
+        None => Err(CatalogError::StreamNotFound { namespace: namespace.to_owned(), stream: name.to_owned() }),
+        Some(found) if found.value.state != StreamState::Active => {
+            Err(CatalogError::StreamDropped { namespace: namespace.to_owned(), stream: name.to_owned() })
+        }
+        Some(found) => Ok(found),
     }
 }
 

@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use lakestream_format::{ErrorClass, LogId};
-use lakestream_meta::MetaError;
+use lakestream_meta::{CasError, MetaError};
 
 /// Which kind of name a [`CatalogError::InvalidName`] is about.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -179,7 +179,17 @@ pub enum CatalogError {
         /// What is wrong with it.
         detail: String,
     },
-    /// A compare-and-set loop lost more times than the configured bound allows.
+    /// A write would break a rule of the record's life (see [`crate::records`]): a bug of
+    /// this catalog; nothing was written.
+    #[error("catalog record {key}: refused a write that breaks a rule: {rule}")]
+    InvariantBroken {
+        /// The record's key.
+        key: String,
+        /// The rule, with the values involved.
+        rule: String,
+    },
+    /// A compare-and-set loop lost more times than the configured bound allows: concurrent
+    /// changes of the same record kept winning. Nothing was changed; retrying may succeed.
     #[error("gave up on {key} after {attempts} lost compare-and-set attempts")]
     Contended {
         /// The contended record's key.
@@ -209,15 +219,26 @@ impl CatalogError {
             | CatalogError::StreamDropped { .. }
             | CatalogError::LogInUse { .. }
             | CatalogError::LeasesRemain { .. } => ErrorClass::Conflict,
-            CatalogError::LogIdsExhausted { .. } => ErrorClass::Internal,
+            CatalogError::LogIdsExhausted { .. } | CatalogError::InvariantBroken { .. } => ErrorClass::Internal,
             CatalogError::CorruptRecord { .. } => ErrorClass::CorruptData,
-            CatalogError::Contended { .. } => ErrorClass::Retryable,
+            // A lost race, as a lost compare-and-set is everywhere (not a transient failure).
+            CatalogError::Contended { .. } => ErrorClass::Contended,
             CatalogError::Meta(e) => e.class(),
         }
     }
 
     pub(crate) fn corrupt(key: &str, detail: impl Into<String>) -> Self {
         CatalogError::CorruptRecord { key: key.to_owned(), detail: detail.into() }
+    }
+}
+
+impl From<CasError<CatalogError>> for CatalogError {
+    fn from(e: CasError<CatalogError>) -> Self {
+        match e {
+            CasError::Record(e) => e,
+            CasError::Contended { key, attempts } => CatalogError::Contended { key, attempts },
+            CasError::Meta(e) => CatalogError::Meta(e),
+        }
     }
 }
 
@@ -246,6 +267,13 @@ mod tests {
             (CatalogError::Meta(MetaError::Unavailable("x".into())), ErrorClass::Retryable),
             (CatalogError::Meta(MetaError::OutcomeUnknown("x".into())), ErrorClass::OutcomeUnknown),
             (CatalogError::corrupt("k", "bad"), ErrorClass::CorruptData),
+            // A lost race is contention, whether the loop gave up or one CAS reported it.
+            (CatalogError::Contended { key: "k".into(), attempts: 3 }, ErrorClass::Contended),
+            (
+                CatalogError::Meta(MetaError::VersionMismatch { key: "k".into(), expected: 1 }),
+                ErrorClass::Contended,
+            ),
+            (CatalogError::InvariantBroken { key: "k".into(), rule: "r".into() }, ErrorClass::Internal),
         ];
         for (err, class) in cases {
             assert_eq!(err.class(), class, "{err}");

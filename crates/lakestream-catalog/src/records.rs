@@ -295,6 +295,86 @@ impl CatalogRecord for LogRecord {
     }
 }
 
+/// The catalog's records are updated with [`lakestream_meta::cas_update`]; the rules below
+/// are checked before every write (a mutation that breaks one is a bug, and nothing is
+/// written). Each names the record's key, which every record derives from its own fields.
+macro_rules! cas_record {
+    ($record:ty, $key:expr, $check:expr) => {
+        impl lakestream_meta::CasRecord for $record {
+            type Error = CatalogError;
+
+            fn decode(record: &lakestream_meta::Record) -> Result<Self> {
+                <Self as CatalogRecord>::decode(&record.key, &record.value)
+            }
+
+            fn encode(&self) -> Result<Bytes> {
+                Ok(<Self as CatalogRecord>::encode(self))
+            }
+
+            fn check_write(before: Option<&Self>, after: &Self) -> Result<()> {
+                let key: fn(&Self) -> String = $key;
+                let check: fn(Option<&Self>, &Self) -> std::result::Result<(), String> = $check;
+                check(before, after).map_err(|rule| CatalogError::InvariantBroken { key: key(after), rule })
+            }
+        }
+    };
+}
+
+cas_record!(LogIdCounterRecord, |_| log_id_counter_key(), |before, after| match before {
+    // Never down, never in place: every write hands out at least one ID (see the allocator).
+    Some(b) if after.next_log_id <= b.next_log_id => {
+        Err(format!("the log-ID counter moves from {} to {}, not up", b.next_log_id, after.next_log_id))
+    }
+    _ => Ok(()),
+});
+
+cas_record!(NamespaceRecord, |r| namespace_key(&r.name), |before, after| match before {
+    Some(b) if b.name != after.name => Err(format!("the namespace's name changes to {:?}", after.name)),
+    _ => Ok(()),
+});
+
+cas_record!(LogRecord, |r| log_key(LogId(r.log_id)), |before, _| match before {
+    // A log's registration never changes: it is created once and only deleted.
+    Some(_) => Err("a log record is rewritten".to_owned()),
+    None => Ok(()),
+});
+
+cas_record!(StreamRecord, |r| stream_key(&r.namespace, &r.name), check_stream_change);
+
+/// The rules of a stream record's life: its identity is fixed; its state only moves on
+/// (active → dropping → dropped); its published layout only grows, and only by publishing
+/// the pending expansion (spec: a layout names only logs whose records exist); and the
+/// properties that decide its binding never change.
+fn check_stream_change(before: Option<&StreamRecord>, after: &StreamRecord) -> std::result::Result<(), String> {
+    let Some(before) = before else { return Ok(()) };
+    if (&before.namespace, &before.name) != (&after.namespace, &after.name) {
+        return Err(format!("the identity changes to {}/{}", after.namespace, after.name));
+    }
+    let rank = |state: StreamState| match state {
+        StreamState::Active => 0,
+        StreamState::Dropping => 1,
+        StreamState::Dropped => 2,
+    };
+    if rank(after.state) < rank(before.state) {
+        return Err(format!("the state goes back from {:?} to {:?}", before.state, after.state));
+    }
+    if !after.layout.starts_with(&before.layout) {
+        return Err(format!("the layout {:?} does not extend {:?}", after.layout, before.layout));
+    }
+    let added = &after.layout[before.layout.len()..];
+    let pending = before.pending_expansion.as_ref().map_or(&[][..], |p| &p.new_logs[..]);
+    if !added.is_empty() && added != pending {
+        return Err(format!("the layout gains {added:?}, not the pending expansion {pending:?}"));
+    }
+    if let Some(fixed) = crate::catalog::BINDING_PROPERTIES
+        .iter()
+        .find(|k| before.properties.get(**k) != after.properties.get(**k))
+    {
+        return Err(format!("property {fixed:?}, which decides the binding, changes"));
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -51,6 +51,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
+use lakestream_format::retry::{Backoff, BackoffPolicy};
 use lakestream_format::{Clock, ErrorClass, LogId};
 use lakestream_meta::lease::TokenSource;
 use lakestream_meta::{MetaError, MetaStore, PutCondition};
@@ -69,7 +70,7 @@ pub const MAX_DEDUP_WINDOW: Duration = Duration::from_secs(24 * 3600);
 const CLEANUP_PAGE: usize = 1000;
 
 /// How many times one key's claim re-reads after losing a race before giving up.
-const CLAIM_ATTEMPTS: usize = 8;
+const CLAIM_ATTEMPTS: u32 = 8;
 
 /// A deduplication key.
 pub type Key = [u8; 32];
@@ -274,7 +275,8 @@ impl LedgerError {
         match self {
             LedgerError::Meta(e) => e.class(),
             LedgerError::Corrupt { .. } => ErrorClass::CorruptData,
-            LedgerError::Contended { .. } => ErrorClass::Retryable,
+            // Lost races with other requests' claims: retrying may win.
+            LedgerError::Contended { .. } => ErrorClass::Contended,
         }
     }
 }
@@ -436,7 +438,13 @@ impl Ledger {
 
     async fn claim_one(&self, scope: Scope, key: &Key, token: &str) -> Result<KeyClaim, LedgerError> {
         let record_key = scope.record_key(key);
-        for _ in 0..CLAIM_ATTEMPTS {
+        // Not `cas_update`: a claim is a create, a read, or a takeover of a lapsed claim.
+        // Lost rounds pause as every compare-and-set loop does.
+        let backoff = Backoff::process(BackoffPolicy::compare_and_set(CLAIM_ATTEMPTS));
+        for round in 0..CLAIM_ATTEMPTS {
+            if round > 0 {
+                tokio::time::sleep(backoff.delay(round - 1)).await;
+            }
             let pending = || encode(Entry::Pending { token: token.to_string(), at: self.clock.now_ms() });
             match self.meta.put(LEDGER_PARTITION, &record_key, pending(), PutCondition::IfAbsent).await {
                 Ok(written) => return Ok(KeyClaim::Claimed(written.version)),

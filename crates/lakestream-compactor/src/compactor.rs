@@ -32,7 +32,8 @@ use lakestream_format::keys;
 use lakestream_format::native::NATIVE_BINDING;
 use lakestream_format::{Clock, Entry, LogId, LogRef, Offset};
 use lakestream_meta::lease::{self, TokenSource, WriteLease};
-use lakestream_meta::{MetaError, MetaStore, PutCondition, Session};
+use lakestream_format::retry::{Backoff, BackoffPolicy};
+use lakestream_meta::{CasError, CasOptions, CasRecord, Change, Current, MetaError, MetaStore, PutCondition, Session, cas_update};
 use lakestream_objstore::{ObjectPath, ObjectStore};
 
 use crate::config::CompactorConfig;
@@ -613,25 +614,23 @@ impl Compactor {
     pub async fn record_progress(&self, log_id: LogId, end: Offset, lease: &WriteLease) -> CompactResult<()> {
         let partition = keys::partition(log_id);
         let key = keys::compaction_cursor_key(log_id);
-        for _ in 0..8 {
+        let options = CasOptions::new(Backoff::process(BackoffPolicy::compare_and_set(CURSOR_CAS_ATTEMPTS)));
+        let raise = |current: Option<&Current<Cursor>>| {
+            // Checked just before each write: no change of the log once the session ended.
             ensure_live(lease)?;
-            let current =
-                self.meta().get(&partition, &key).await.map_err(CompactError::meta(log_id, "C5 get"))?;
-            let condition = match &current {
-                None => PutCondition::IfAbsent,
-                Some(r) => match keys::decode_trim_marker(&r.value) {
-                    Ok(cursor) if cursor >= end => return Ok(()),
-                    _ => PutCondition::IfVersion(r.version),
-                },
-            };
-            let value = Bytes::from(end.to_string());
-            match self.meta().put(&partition, &key, value, condition).await {
-                Ok(_) => return Ok(()),
-                Err(MetaError::KeyExists { .. } | MetaError::VersionMismatch { .. }) => continue,
-                Err(e) => return Err(CompactError::meta(log_id, C5_PUT)(e)),
-            }
+            Ok(match current.and_then(|c| c.value.0) {
+                Some(cursor) if cursor >= end => Change::Keep,
+                // Absent, lower, or unreadable (then replaced).
+                _ => Change::Write(Cursor(Some(end))),
+            })
+        };
+        match cas_update(self.meta(), &partition, &key, &options, raise).await {
+            Ok(_) => Ok(()),
+            Err(CasError::Record(e)) => Err(e),
+            // The cursor is informational; another compactor keeps moving it.
+            Err(CasError::Contended { .. }) => Ok(()),
+            Err(CasError::Meta(e)) => Err(CompactError::meta(log_id, C5_PUT)(e)),
         }
-        Ok(()) // the cursor is informational; another compactor keeps moving it
     }
 
     /// C3, C4 and C5 under one write lease per attempt, repeated up to `install_attempts`
@@ -1013,6 +1012,24 @@ impl Compactor {
 
 /// Fails with [`CompactError::SessionEnded`] once the lease's session ended: the compactor
 /// stops C3–C5 and hard trims as soon as it learns (spec SHOULD, which we treat as MUST).
+/// How many writes C5 tries before leaving the cursor to the compactor that keeps moving it.
+const CURSOR_CAS_ATTEMPTS: u32 = 8;
+
+/// The compaction cursor's value (`None`: bytes that are not a cursor, which C5 replaces).
+struct Cursor(Option<Offset>);
+
+impl CasRecord for Cursor {
+    type Error = CompactError;
+
+    fn decode(record: &lakestream_meta::Record) -> CompactResult<Self> {
+        Ok(Cursor(keys::decode_trim_marker(&record.value).ok()))
+    }
+
+    fn encode(&self) -> CompactResult<Bytes> {
+        Ok(Bytes::from(self.0.unwrap_or_default().to_string()))
+    }
+}
+
 pub(crate) fn ensure_live(lease: &WriteLease) -> CompactResult<()> {
     if *lease.session_ended().borrow() {
         return Err(CompactError::SessionEnded { log_id: lease.log_id() });

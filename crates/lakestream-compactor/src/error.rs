@@ -108,6 +108,15 @@ pub enum CompactError {
     /// A caller's argument is invalid.
     #[error("invalid input: {0}")]
     InvalidInput(String),
+    /// A record kept changing under a compare-and-set loop: concurrent writers won every
+    /// round. Nothing was written; retrying may succeed.
+    #[error("{what}: lost {attempts} compare-and-set races to concurrent writers")]
+    Contended {
+        /// The record's key.
+        what: String,
+        /// Writes tried.
+        attempts: u32,
+    },
 }
 
 impl CompactError {
@@ -126,6 +135,7 @@ impl CompactError {
             | CompactError::Busy { .. }
             | CompactError::AlreadyCompacted { .. }
             | CompactError::DeadlinePassed { .. } => ErrorClass::Conflict,
+            CompactError::Contended { .. } => ErrorClass::Contended,
         }
     }
 
@@ -188,5 +198,13 @@ mod tests {
         assert_eq!(CompactError::SessionEnded { log_id: LogId(1) }.class(), ErrorClass::Conflict);
         let corrupt = CompactError::Corrupt { log_id: LogId(1), what: "k".into(), detail: "d".into() };
         assert_eq!(corrupt.class(), ErrorClass::CorruptData);
+        let raced = CompactError::Contended { what: "/lakestream-wal-retired/x".into(), attempts: 8 };
+        assert_eq!(raced.class(), ErrorClass::Contended, "a lost race, not a transient failure");
+        let mismatch = CompactError::Meta {
+            log_id: LogId(1),
+            operation: "C5 put",
+            source: MetaError::VersionMismatch { key: "k".into(), expected: 2 },
+        };
+        assert_eq!(mismatch.class(), ErrorClass::Contended);
     }
 }

@@ -29,7 +29,10 @@
 
 use bytes::Bytes;
 use lakestream_format::LogId;
-use lakestream_meta::{MetaError, MetaStore, PutCondition, Version};
+use lakestream_format::retry::{Backoff, BackoffPolicy};
+use lakestream_meta::{
+    CasError, CasOptions, CasRecord, Change, Current, MetaStore, PutCondition, Record, Version, cas_update,
+};
 use percent_encoding::{AsciiSet, CONTROLS, percent_decode_str, utf8_percent_encode};
 use serde::{Deserialize, Serialize};
 
@@ -52,8 +55,8 @@ const ESCAPED: &AsciiSet = &CONTROLS.add(b'/').add(b'%');
 /// How many ledger entries an expansion updates at once.
 const RETIREMENT_CONCURRENCY: usize = 16;
 
-/// How many times a conditional ledger update is retried after losing a race.
-const CAS_ATTEMPTS: usize = 8;
+/// How many writes a conditional ledger update tries before it reports contention.
+const CAS_ATTEMPTS: u32 = 8;
 
 /// The ledger's `LogId` stand-in in errors: its records belong to no log.
 const NO_LOG: LogId = LogId::MAX;
@@ -287,42 +290,43 @@ pub async fn list(meta: &dyn MetaStore) -> CompactResult<Vec<LedgerEntry>> {
         .collect()
 }
 
-/// Read-modify-write of one ledger record with CreateIfAbsent / CompareAndSet; `change`
-/// returns `None` to leave it as is.
+impl CasRecord for LedgerValue {
+    type Error = CompactError;
+
+    fn decode(record: &Record) -> CompactResult<Self> {
+        serde_json::from_slice(&record.value).map_err(|e| CompactError::Corrupt {
+            log_id: NO_LOG,
+            what: record.key.clone(),
+            detail: format!("value is not a ledger value: {e}"),
+        })
+    }
+
+    fn encode(&self) -> CompactResult<Bytes> {
+        Ok(encode(self))
+    }
+
+}
+
+/// Read-modify-write of one ledger record ([`cas_update`]: CreateIfAbsent / CompareAndSet,
+/// lost races retried after a pause); `change` returns `None` to leave it as is.
 async fn update(
     meta: &dyn MetaStore,
     key: &str,
     change: impl Fn(Option<LedgerValue>) -> Option<LedgerValue>,
 ) -> CompactResult<()> {
-    for _ in 0..CAS_ATTEMPTS {
-        let current = meta
-            .get(LEDGER_PARTITION, key)
-            .await
-            .map_err(CompactError::meta(NO_LOG, "reading the ledger"))?;
-        let (old, condition) = match &current {
-            None => (None, PutCondition::IfAbsent),
-            Some(r) => {
-                let old: LedgerValue =
-                    serde_json::from_slice(&r.value).map_err(|e| CompactError::Corrupt {
-                        log_id: NO_LOG,
-                        what: key.to_string(),
-                        detail: format!("value is not a ledger value: {e}"),
-                    })?;
-                (Some(old), PutCondition::IfVersion(r.version))
-            }
-        };
-        let Some(new) = change(old) else { return Ok(()) };
-        match meta.put(LEDGER_PARTITION, key, encode(&new), condition).await {
-            Ok(_) => return Ok(()),
-            Err(MetaError::KeyExists { .. } | MetaError::VersionMismatch { .. }) => continue,
-            Err(e) => return Err(CompactError::meta(NO_LOG, "writing the ledger")(e)),
-        }
+    let options = CasOptions::new(Backoff::process(BackoffPolicy::compare_and_set(CAS_ATTEMPTS)));
+    let decide = |current: Option<&Current<LedgerValue>>| {
+        Ok(match change(current.map(|c| c.value)) {
+            Some(next) => Change::Write(next),
+            None => Change::Keep,
+        })
+    };
+    match cas_update(meta, LEDGER_PARTITION, key, &options, decide).await {
+        Ok(_) => Ok(()),
+        Err(CasError::Record(e)) => Err(e),
+        Err(CasError::Contended { key, attempts }) => Err(CompactError::Contended { what: key, attempts }),
+        Err(CasError::Meta(e)) => Err(CompactError::meta(NO_LOG, "writing the ledger")(e)),
     }
-    Err(CompactError::Meta {
-        log_id: NO_LOG,
-        operation: "writing the ledger",
-        source: MetaError::Unavailable(format!("{key} kept changing during {CAS_ATTEMPTS} attempts")),
-    })
 }
 
 #[cfg(test)]

@@ -10,8 +10,13 @@ pub enum ErrorClass {
     Retryable,
     /// A write that may or may not have taken effect. Never reported as failed.
     OutcomeUnknown,
-    /// A lost compare-and-set, a fenced log, an existing name.
+    /// The state forbids the request (a fenced log, a dropped stream, an existing name):
+    /// retrying the same request will not help.
     Conflict,
+    /// A lost race with a concurrent change (a compare-and-set that found another version,
+    /// or a loop of them that kept losing): nothing was changed, and retrying — which reads
+    /// the new state first — may succeed.
+    Contended,
     /// The thing asked for does not exist.
     NotFound,
     /// Stored bytes that break a format rule.

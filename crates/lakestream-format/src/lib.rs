@@ -16,6 +16,9 @@
 //! | [`kafka`] | the Kafka binding (Appendix A): record-batch validation and stream identity |
 //! | [`native`] | the native binding of every stream that is not a Kafka topic |
 //! | [`legacy`] | read-only parsers for format versions 1 and 2 (Appendix C) |
+//!
+//! Beside them, values every crate shares: [`ErrorClass`], the [`Clock`], and the one retry
+//! policy ([`retry`]: exponential backoff with full, seeded jitter).
 #![deny(missing_docs)]
 
 pub mod clock;
@@ -29,6 +32,7 @@ pub mod kafka;
 pub mod keys;
 pub mod legacy;
 pub mod native;
+pub mod retry;
 pub mod types;
 mod varint;
 pub mod wal;

@@ -19,6 +19,7 @@ use lakestream_format::LogId;
 use lakestream_format::keys::{self, IndexKey};
 use tokio::sync::watch;
 
+use crate::cas::{CasOptions, CasRecord, Change, Current, cas_update};
 use crate::error::MetaError;
 use crate::lease::{self, DrainConfig, DrainOutcome, LeaseError, RandomTokens, TokenSource};
 use crate::linearizability::{self, HistoryClock, Operation, RegisterOp, RegisterResult};
@@ -67,6 +68,7 @@ pub async fn run_all(factory: &dyn StoreFactory) {
     check_sequenced_put_restarts_when_all_keys_deleted(factory).await;
     check_sequenced_put_validation(factory).await;
     check_concurrent_sequenced_puts(factory).await;
+    check_concurrent_cas_updates(factory).await;
     check_ephemeral_removed_on_close(factory).await;
     check_closed_session_refuses_ephemeral(factory).await;
     check_ephemeral_removed_on_expiry(factory).await;
@@ -550,6 +552,68 @@ pub async fn check_concurrent_sequenced_puts(factory: &dyn StoreFactory) {
     }
     let total: u64 = (1..=TASKS).sum::<u64>() * PUTS_PER_TASK;
     assert_eq!(end, total, "{}: every put got a range", s.check);
+}
+
+/// A counter record for [`check_concurrent_cas_updates`]: decimal text.
+struct CasCounter(u64);
+
+impl CasRecord for CasCounter {
+    type Error = String;
+
+    fn decode(record: &crate::store::Record) -> Result<Self, String> {
+        std::str::from_utf8(&record.value)
+            .ok()
+            .and_then(|text| text.parse().ok())
+            .map(CasCounter)
+            .ok_or_else(|| format!("{}: not a counter", record.key))
+    }
+
+    fn encode(&self) -> Result<Bytes, String> {
+        Ok(Bytes::from(self.0.to_string()))
+    }
+}
+
+/// [`crate::cas::cas_update`] over the backend: concurrent read-modify-writes of one record
+/// (`CreateIfAbsent` first, `CompareAndSet` after) lose races and retry, and none is lost or
+/// applied twice: every increment returns a distinct value, and the last one is the total.
+pub async fn check_concurrent_cas_updates(factory: &dyn StoreFactory) {
+    const TASKS: u64 = 4;
+    const UPDATES_PER_TASK: u64 = 8;
+    let s = Scope::new("concurrent_cas_updates");
+    let store = factory.store().await;
+    let key = s.key("counter");
+    // Enough attempts that only a broken compare-and-set can exhaust them.
+    let policy = lakestream_format::retry::BackoffPolicy::compare_and_set(10_000);
+    let options = CasOptions::new(lakestream_format::retry::Backoff::seeded(policy, s.seed));
+    let mut tasks = tokio::task::JoinSet::new();
+    for _ in 0..TASKS {
+        let (store, partition, key, options) = (Arc::clone(&store), s.partition.clone(), key.clone(), options.clone());
+        tasks.spawn(async move {
+            let mut seen = Vec::new();
+            for _ in 0..UPDATES_PER_TASK {
+                let updated = cas_update(store.as_ref(), &partition, &key, &options, |c: Option<&Current<CasCounter>>| {
+                    Ok(Change::Write(CasCounter(c.map_or(0, |c| c.value.0) + 1)))
+                })
+                .await;
+                seen.push(updated.map(|u| (u.value().map(|c| c.0), u.written)));
+            }
+            seen
+        });
+    }
+    let mut values = Vec::new();
+    while let Some(joined) = tasks.join_next().await {
+        for result in joined.unwrap_or_else(|e| s.fail(e)) {
+            match result {
+                Ok((Some(value), true)) => values.push(value),
+                other => s.fail(format!("an update ended with {other:?}")),
+            }
+        }
+    }
+    values.sort_unstable();
+    let expected: Vec<u64> = (1..=TASKS * UPDATES_PER_TASK).collect();
+    assert_eq!(values, expected, "{}: each increment wrote its own value", s.check);
+    let stored = store.get(&s.partition, &key).await.unwrap_or_else(|e| s.fail(e)).unwrap_or_else(|| s.fail("no record"));
+    assert_eq!(&stored.value[..], (TASKS * UPDATES_PER_TASK).to_string().as_bytes(), "{}", s.check);
 }
 
 /// Spec "Sessions": an ephemeral record exists until its session ends; closing ends it. A

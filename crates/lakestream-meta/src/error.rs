@@ -38,10 +38,18 @@ pub enum MetaError {
 
 impl MetaError {
     /// The class of the error, for callers that act on it.
+    ///
+    /// A version mismatch is a lost race ([`ErrorClass::Contended`]): the record changed
+    /// since it was read, and a new read-modify-write may succeed. An existing key is the
+    /// state "this name is taken" ([`ErrorClass::Conflict`]); a caller for which it means a
+    /// lost race to create the record (a loop that reads and tries again, as
+    /// [`crate::cas::cas_update`] does) classifies it so itself.
     pub fn class(&self) -> ErrorClass {
         match self {
-            MetaError::KeyExists { .. } | MetaError::VersionMismatch { .. } => ErrorClass::Conflict,
+            MetaError::VersionMismatch { .. } => ErrorClass::Contended,
+            MetaError::KeyExists { .. } => ErrorClass::Conflict,
             MetaError::InvalidRequest(_) => ErrorClass::InvalidInput,
+            // The session is over: the request cannot succeed through it.
             MetaError::SessionEnded(_) => ErrorClass::Conflict,
             MetaError::Unavailable(_) => ErrorClass::Retryable,
             MetaError::OutcomeUnknown(_) => ErrorClass::OutcomeUnknown,
@@ -52,3 +60,17 @@ impl MetaError {
 
 /// The result type of metadata-store operations.
 pub type MetaResult<T> = Result<T, MetaError>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_lost_race_is_contention_and_a_taken_key_a_conflict() {
+        let mismatch = MetaError::VersionMismatch { key: "/k".into(), expected: 3 };
+        assert_eq!(mismatch.class(), ErrorClass::Contended);
+        assert_eq!(MetaError::KeyExists { key: "/k".into() }.class(), ErrorClass::Conflict);
+        assert_eq!(MetaError::SessionEnded("s".into()).class(), ErrorClass::Conflict);
+        assert_eq!(MetaError::Unavailable("down".into()).class(), ErrorClass::Retryable);
+    }
+}

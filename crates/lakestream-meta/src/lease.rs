@@ -21,6 +21,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use lakestream_format::keys::{FENCE_VALUE, fence_key, lease_key, lease_prefix, lease_range_end, partition};
+use lakestream_format::retry::{Backoff, BackoffPolicy};
 use lakestream_format::{ErrorClass, LogId};
 use tokio::sync::watch;
 
@@ -100,8 +101,9 @@ impl LeaseError {
     }
 }
 
-/// The first and the largest pause between attempts to delete an unusable lease record.
-const DELETE_BACKOFF: (Duration, Duration) = (Duration::from_millis(10), Duration::from_secs(1));
+/// The pauses between attempts to delete an unusable lease record: below 10 ms, doubling to
+/// 1 s, with full jitter; bounded by the delete's success or the session's end.
+const DELETE_BACKOFF: BackoffPolicy = BackoffPolicy::unbounded(Duration::from_millis(10), Duration::from_secs(1));
 
 /// Spec "Leases": ephemeral `CreateIfAbsent` of `/stream-write-leases/{L}/{token}` through
 /// `session`, then `Get` of `/stream-write-fences/{L}`; if fenced or the `Get` fails, delete
@@ -139,8 +141,8 @@ async fn delete_unusable_lease(
     partition: &str,
     key: &str,
 ) {
-    let mut pause = DELETE_BACKOFF.0;
-    loop {
+    let backoff = Backoff::process(DELETE_BACKOFF);
+    for retry in 0.. {
         match store.delete(partition, key).await {
             Ok(_) => return,
             Err(e) if session.is_ended() => {
@@ -148,11 +150,11 @@ async fn delete_unusable_lease(
                 return;
             }
             Err(e) => {
-                tracing::warn!(key, error = %e, retry_in = ?pause, "deleting an unusable lease record failed")
+                let pause = backoff.delay(retry);
+                tracing::warn!(key, error = %e, retry_in = ?pause, "deleting an unusable lease record failed");
+                tokio::time::sleep(pause).await;
             }
         }
-        tokio::time::sleep(pause).await;
-        pause = (pause * 2).min(DELETE_BACKOFF.1);
     }
 }
 

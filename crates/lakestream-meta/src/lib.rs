@@ -9,8 +9,10 @@
 //! | [`memory`] | [`InMemoryStore`]: linearizable, virtual shards, for unit tests |
 //! | [`embedded`] | [`EmbeddedStore`]: durable, on redb, for `lakestream dev` |
 //! | [`lease`] | acquire / release / fence / drain |
+//! | [`cas`] | [`cas_update`]: read-modify-write of one record by compare-and-set, with backoff |
 //! | [`linearizability`] | a checker of register histories |
 //! | `conformance` | the suite every backend passes (feature `testkit`) |
+//! | `racing` | [`MetaStore`] wrapper whose chosen writes lose real races (feature `testkit`) |
 //!
 //! An append under a write lease, against the in-memory store:
 //!
@@ -38,6 +40,7 @@
 //! ```
 #![deny(missing_docs)]
 
+pub mod cas;
 pub mod embedded;
 mod engine;
 pub mod error;
@@ -50,7 +53,10 @@ pub mod store;
 
 #[cfg(any(test, feature = "testkit"))]
 pub mod conformance;
+#[cfg(any(test, feature = "testkit"))]
+pub mod racing;
 
+pub use cas::{CasError, CasOptions, CasRecord, Change, Current, UnknownOutcome, Updated, cas_update};
 pub use embedded::{EmbeddedStore, OpenError};
 pub use error::{MetaError, MetaResult};
 pub use memory::InMemoryStore;

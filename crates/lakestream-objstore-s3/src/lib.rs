@@ -21,7 +21,6 @@ pub mod config;
 pub mod credentials;
 #[cfg(feature = "lifecycle")]
 pub mod lifecycle;
-pub mod retry;
 pub mod store;
 
 pub use config::{ConditionalPut, S3Config};

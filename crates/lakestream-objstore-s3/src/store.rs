@@ -13,8 +13,13 @@
 //!   stay within `multipart_concurrency` × `multipart_part_size` bytes across all of the
 //!   store's uploads. Completed with the full-object CRC32C (computed as the data passes) and
 //!   `If-None-Match: *`; an upload of less than 5 MiB is one PutObject at `complete`.
-//! - **Retries** with jittered backoff ([`crate::retry`]) on throttling and transient
-//!   failures; the SDK's retries are off. **Timeouts** per attempt and per connect.
+//! - **Retries** with the project's one backoff policy ([`lakestream_format::retry`]:
+//!   exponential, full jitter; `max_attempts`, `initial_backoff`, `max_backoff`, and
+//!   `retry_seed` to replay the jitter). The SDK's own retries are off, so that one policy,
+//!   which knows our error classes, decides: throttling (503 SlowDown, 429) and transient
+//!   failures (500, 502, 504, connection errors) are retried, and timeouts of reads; a write
+//!   whose attempt may have reached the server is retried only where repeating it is safe.
+//!   **Timeouts** per attempt and per connect.
 //!
 //! [`ConditionalPut::Disabled`]: crate::ConditionalPut::Disabled
 
@@ -38,6 +43,7 @@ use base64::Engine;
 use base64::engine::general_purpose::STANDARD as BASE64;
 use bytes::Bytes;
 use futures::stream::{self, BoxStream, StreamExt, TryStreamExt};
+use lakestream_format::retry::{Backoff, BackoffPolicy};
 use lakestream_objstore::{
     ByteRange, ObjectMeta, ObjectPath, ObjectPrefix, ObjectResult, ObjectRoot, ObjectStore, ObjectStoreError,
     Upload, WriteOnce,
@@ -45,7 +51,6 @@ use lakestream_objstore::{
 
 use crate::config::{ConditionalPut, MAX_PARTS, MIN_PART_SIZE, S3Config};
 use crate::credentials::{LazyDefaultChain, credentials_failure};
-use crate::retry::Backoff;
 
 /// The header that asks S3 to return an object's checksum with a GET.
 const CHECKSUM_MODE_HEADER: &str = "x-amz-checksum-mode";
@@ -118,8 +123,10 @@ impl S3Store {
             _ => builder.credentials_provider(LazyDefaultChain::new(Region::new(config.region.clone()))),
         };
         let client = Client::from_conf(customize(builder).build());
-        let backoff =
-            Backoff::new(config.initial_backoff, config.max_backoff, config.max_attempts, config.retry_seed);
+        // The project's one retry policy (full jitter); `retry_seed` fixes its jitter, else
+        // the process's generator (seeded from the OS) draws it.
+        let policy = BackoffPolicy::new(config.initial_backoff, config.max_backoff, config.max_attempts);
+        let backoff = Backoff::with_seed(policy, config.retry_seed);
         let slots = usize::try_from(config.multipart_part_size / 1024)
             .unwrap_or(usize::MAX)
             .saturating_mul(config.multipart_concurrency)
@@ -238,7 +245,7 @@ impl Inner {
         let mut retry = 0;
         loop {
             match attempt().await {
-                Err(error) if is_retryable(&error) && retry + 1 < self.backoff.max_attempts() => {
+                Err(error) if is_retryable(&error) && self.backoff.allows_another(retry + 1) => {
                     earlier.failed = true;
                     earlier.maybe_applied |= matches!(error, ObjectStoreError::TimedOutAfterSend { .. });
                     tracing::debug!(%error, retry, "retrying S3 request");

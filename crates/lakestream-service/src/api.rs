@@ -237,6 +237,7 @@ impl ErrorKind {
             ErrorClass::InvalidInput => ErrorKind::InvalidArgument,
             ErrorClass::NotFound => ErrorKind::NotFound,
             ErrorClass::Conflict => ErrorKind::Conflict,
+            ErrorClass::Contended => ErrorKind::Contended,
             ErrorClass::Retryable => ErrorKind::Unavailable,
             ErrorClass::OutcomeUnknown => ErrorKind::OutcomeUnknown,
             ErrorClass::CorruptData => ErrorKind::CorruptData,
@@ -418,11 +419,7 @@ impl From<lakestream_cloudevents::ledger::LedgerError> for ApiError {
 
 impl From<TrimError> for ApiError {
     fn from(e: TrimError) -> Self {
-        let kind = match &e {
-            TrimError::Contended { .. } => ErrorKind::Contended,
-            _ => ErrorKind::of_class(e.class()),
-        };
-        Self::new(kind, e.to_string())
+        Self::new(ErrorKind::of_class(e.class()), e.to_string())
     }
 }
 
@@ -1434,6 +1431,14 @@ mod tests {
             tonic::Code::DeadlineExceeded
         );
         assert_eq!(ErrorKind::of_class(ErrorClass::Conflict).http_status(), StatusCode::CONFLICT);
+        // A lost race is one kind everywhere: 409, ABORTED, `conflict`, a retriable Kafka code.
+        let contended = ErrorKind::of_class(ErrorClass::Contended);
+        assert_eq!(contended, ErrorKind::Contended);
+        assert_eq!(
+            (contended.http_status(), contended.grpc_code(), contended.code()),
+            (StatusCode::CONFLICT, tonic::Code::Aborted, "conflict")
+        );
+        assert_eq!(contended.kafka_code(), 56, "KAFKA_STORAGE_ERROR: clients retry it");
     }
 
     #[test]

@@ -160,7 +160,10 @@ pub async fn record_or_check_reader_cache_bound(
     partition: &str,
     bound: std::time::Duration,
 ) -> Result<(), CacheBoundError> {
+    let mut round = 0;
     loop {
+        pause_before(round).await;
+        round += 1;
         let Some(recorded) = recorded_cache_bound(meta, partition).await? else {
             let record = ReaderCacheBound {
                 reader_index_cache_ttl_ms: u64::try_from(bound.as_millis()).unwrap_or(u64::MAX),
@@ -182,6 +185,19 @@ pub async fn record_or_check_reader_cache_bound(
             return Err(CacheBoundError::CompactorBoundTooShort { configured: bound, recorded });
         }
         return Ok(());
+    }
+}
+
+/// The pause before round `round` (0-based) of a record-or-check loop: none before the
+/// first, then the compare-and-set backoff. A round repeats only after the record was
+/// created by someone else (once: records are never removed) or after an unknown outcome.
+async fn pause_before(round: u64) {
+    if round > 0 {
+        let backoff = lakestream_format::retry::Backoff::process(
+            lakestream_format::retry::BackoffPolicy::compare_and_set(u32::MAX),
+        );
+        let retry = u32::try_from(round - 1).unwrap_or(u32::MAX);
+        tokio::time::sleep(backoff.delay(retry)).await;
     }
 }
 
@@ -279,7 +295,10 @@ pub async fn record_or_check(
     partition: &str,
     roots: &StorageRoots,
 ) -> Result<(), RootsError> {
+    let mut round = 0;
     loop {
+        pause_before(round).await;
+        round += 1;
         let Some(record) = meta.get(partition, STORAGE_ROOTS_KEY).await? else {
             let value =
                 Bytes::from(serde_json::to_vec(roots).map_err(|e| RootsError::Corrupt(e.to_string()))?);

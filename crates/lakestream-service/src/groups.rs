@@ -28,12 +28,15 @@
 //! generation may set any offset (the new owner resets). The Kafka front end, whose
 //! coordinator has already checked the member's generation, lets a commit of the stored
 //! generation set a lower offset too, as Kafka does ([`SameGeneration::Any`]). The offset may not exceed the
-//! partition's next offset. The write is a compare-and-set on the record's version, retried
-//! after re-checking when another commit won the race.
+//! partition's next offset. The write is a compare-and-set on the record's version
+//! ([`lakestream_meta::cas_update`]), retried after a jittered pause and re-checking when
+//! another commit won the race; a commit that keeps losing is [`ErrorKind::Contended`], as
+//! every lost race is.
 
 use bytes::Bytes;
 use lakestream_format::LogId;
-use lakestream_meta::{MetaError, MetaStore, PutCondition};
+use lakestream_format::retry::{Backoff, BackoffPolicy};
+use lakestream_meta::{CasError, CasOptions, CasRecord, Change, Current, MetaError, MetaStore, PutCondition, Record};
 use serde::{Deserialize, Serialize};
 
 use crate::api::{ApiError, ApiResult, ErrorKind};
@@ -53,8 +56,8 @@ pub const MAX_METADATA_BYTES: usize = 4096;
 /// Records read per page of a scan over one group's offsets.
 const SCAN_PAGE: usize = 1000;
 
-/// How many times a commit re-reads after losing a compare-and-set race.
-const COMMIT_ATTEMPTS: usize = 8;
+/// How many writes a commit tries before it reports contention.
+const COMMIT_ATTEMPTS: u32 = 8;
 
 /// Checks a group id: 1 to [`MAX_GROUP_ID`] characters of `A-Z a-z 0-9 . _ -`.
 pub fn check_group_id(id: &str) -> ApiResult<()> {
@@ -147,16 +150,37 @@ fn meta_error(what: &str, e: MetaError) -> ApiError {
     ApiError::new(ErrorKind::of_class(e.class()), format!("{what}: {e}"))
 }
 
+impl CasRecord for CommittedOffset {
+    type Error = ApiError;
+
+    fn decode(record: &Record) -> ApiResult<Self> {
+        decode(&record.key, &record.value)
+    }
+
+    fn encode(&self) -> ApiResult<Bytes> {
+        serde_json::to_vec(self).map(Bytes::from).map_err(|e| ApiError::new(ErrorKind::Internal, e.to_string()))
+    }
+}
+
 /// The group store over a metadata store.
 #[derive(Debug, Clone)]
 pub struct GroupStore<'a> {
     meta: &'a dyn MetaStore,
+    commits: CasOptions,
 }
 
 impl<'a> GroupStore<'a> {
-    /// The store over `meta`.
+    /// The store over `meta`; lost commit races pause with the process's jitter.
     pub fn new(meta: &'a dyn MetaStore) -> Self {
-        GroupStore { meta }
+        let backoff = Backoff::process(BackoffPolicy::compare_and_set(COMMIT_ATTEMPTS));
+        GroupStore { meta, commits: CasOptions::new(backoff) }
+    }
+
+    /// This store, pausing between lost commit races as `backoff` says (its attempt bound
+    /// included).
+    pub fn with_backoff(mut self, backoff: Backoff) -> Self {
+        self.commits.backoff = backoff;
+        self
     }
 
     /// Commits `commit` for `group` on the log of `stream`'s `partition` (see the commit rule).
@@ -200,66 +224,56 @@ impl<'a> GroupStore<'a> {
             Err(e) => return Err(meta_error("creating the group", e)),
         }
         let key = offset_key(namespace, group, log_id);
-        for _ in 0..COMMIT_ATTEMPTS {
-            let current = self
-                .meta
-                .get(GROUPS_PARTITION, &key)
-                .await
-                .map_err(|e| meta_error("reading the committed offset", e))?;
-            let condition = match &current {
-                None => PutCondition::IfAbsent,
-                Some(record) => {
-                    let stored = decode(&key, &record.value)?;
-                    if commit.generation < stored.generation {
-                        return Err(ApiError::new(
-                            ErrorKind::Conflict,
-                            format!(
-                                "generation {} is stale: group {group} is at generation {} on {stream}/{partition}",
-                                commit.generation, stored.generation
-                            ),
-                        ));
-                    }
-                    if commit.generation == stored.generation
-                        && commit.offset < stored.offset
-                        && same == SameGeneration::Forward
-                    {
-                        return Err(ApiError::new(
-                            ErrorKind::Conflict,
-                            format!(
-                                "offset {} is below the committed offset {} of generation {}: a commit of one \
-                                 generation cannot move the group backwards (a new generation can)",
-                                commit.offset, stored.offset, stored.generation
-                            ),
-                        ));
-                    }
-                    PutCondition::IfVersion(record.version)
+        let value = CommittedOffset {
+            v: 1,
+            stream: stream.to_owned(),
+            partition,
+            offset: commit.offset,
+            generation: commit.generation,
+            metadata: commit.metadata.clone(),
+            committed_ms: 0,
+        };
+        let check = |current: Option<&Current<CommittedOffset>>| {
+            if let Some(stored) = current.map(|c| &c.value) {
+                if commit.generation < stored.generation {
+                    return Err(ApiError::new(
+                        ErrorKind::Conflict,
+                        format!(
+                            "generation {} is stale: group {group} is at generation {} on {stream}/{partition}",
+                            commit.generation, stored.generation
+                        ),
+                    ));
                 }
-            };
-            let mut value = CommittedOffset {
-                v: 1,
-                stream: stream.to_owned(),
-                partition,
-                offset: commit.offset,
-                generation: commit.generation,
-                metadata: commit.metadata.clone(),
-                committed_ms: 0,
-            };
-            let bytes = Bytes::from(
-                serde_json::to_vec(&value).map_err(|e| ApiError::new(ErrorKind::Internal, e.to_string()))?,
-            );
-            match self.meta.put(GROUPS_PARTITION, &key, bytes, condition).await {
-                Ok(written) => {
-                    value.committed_ms = written.modified_ms;
-                    return Ok(value);
+                if commit.generation == stored.generation
+                    && commit.offset < stored.offset
+                    && same == SameGeneration::Forward
+                {
+                    return Err(ApiError::new(
+                        ErrorKind::Conflict,
+                        format!(
+                            "offset {} is below the committed offset {} of generation {}: a commit of one \
+                             generation cannot move the group backwards (a new generation can)",
+                            commit.offset, stored.offset, stored.generation
+                        ),
+                    ));
                 }
-                Err(MetaError::KeyExists { .. } | MetaError::VersionMismatch { .. }) => continue,
-                Err(e) => return Err(meta_error("committing the offset", e)),
             }
+            Ok(Change::Write(value.clone()))
+        };
+        match lakestream_meta::cas_update(self.meta, GROUPS_PARTITION, &key, &self.commits, check).await {
+            Ok(updated) => {
+                let written = updated.record.map(|c| (c.value, c.modified_ms));
+                let (mut value, modified_ms) = written.unwrap_or((value, 0));
+                value.committed_ms = modified_ms;
+                Ok(value)
+            }
+            Err(CasError::Record(e)) => Err(e),
+            Err(CasError::Contended { attempts, .. }) => Err(ApiError::new(
+                ErrorKind::Contended,
+                format!("commit of group {group} on {stream}/{partition} lost {attempts} races; retry"),
+            )),
+            Err(CasError::Meta(e)) => Err(meta_error("committing the offset", e)),
         }
-        Err(ApiError::new(
-            ErrorKind::Contended,
-            format!("commit of group {group} on {stream}/{partition} lost {COMMIT_ATTEMPTS} races; retry"),
-        ))
     }
 
     /// Whether the group has committed anything in the namespace.

@@ -152,10 +152,26 @@ impl TrimError {
     /// The class of the error.
     pub fn class(&self) -> ErrorClass {
         match self {
-            TrimError::Fenced { .. } | TrimError::Contended { .. } => ErrorClass::Conflict,
+            TrimError::Fenced { .. } => ErrorClass::Conflict,
+            // Other trims kept moving the marker: a lost race, which a retry may win.
+            TrimError::Contended { .. } => ErrorClass::Contended,
             TrimError::LeaseLost { .. } => ErrorClass::Retryable,
             TrimError::Corrupt { .. } => ErrorClass::CorruptData,
             TrimError::Meta { source, .. } => source.class(),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_lost_trim_race_is_contention_and_a_fence_a_conflict() {
+        let log_id = LogId(3);
+        assert_eq!(TrimError::Contended { log_id, attempts: 8 }.class(), ErrorClass::Contended);
+        assert_eq!(TrimError::Fenced { log_id }.class(), ErrorClass::Conflict);
+        let mismatch = MetaError::VersionMismatch { key: "k".into(), expected: 1 };
+        assert_eq!(TrimError::Meta { log_id, source: mismatch }.class(), ErrorClass::Contended);
     }
 }

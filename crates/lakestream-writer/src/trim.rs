@@ -14,6 +14,7 @@
 
 use bytes::Bytes;
 use lakestream_format::keys::{self, IndexKey};
+use lakestream_format::retry::{Backoff, BackoffPolicy};
 use lakestream_format::{LogId, Offset, entry_index};
 use lakestream_meta::{Comparison, MetaError, PutCondition};
 
@@ -86,7 +87,13 @@ impl Writer {
             }
         };
         let attempts = self.config().trim_retries.max(1);
-        for _ in 0..attempts {
+        // Not `cas_update`: the loop also settles writes of unknown outcome and watches the
+        // lease. Lost rounds pause as every compare-and-set loop does.
+        let backoff = Backoff::process(BackoffPolicy::compare_and_set(attempts));
+        for round in 0..attempts {
+            if round > 0 {
+                tokio::time::sleep(backoff.delay(round - 1)).await;
+            }
             let (current, version) = match read_marker().await {
                 Ok(read) => read,
                 Err(e) => {

@@ -32,6 +32,11 @@ pub struct HookStore {
     /// Yield to the scheduler before every operation, so that concurrent tasks interleave
     /// between a read and the write that depends on it.
     interleave: AtomicBool,
+    /// Before each of the next conditional puts of an existing record whose key starts with
+    /// this prefix, another writer rewrites the record (same value, new version), so that
+    /// the put loses its compare-and-set. With the times of those puts.
+    race_puts: Mutex<Option<(String, usize)>>,
+    pub raced_put_times: Mutex<Vec<std::time::Instant>>,
 }
 
 impl HookStore {
@@ -45,7 +50,34 @@ impl HookStore {
             layouts_checked: AtomicUsize::new(0),
             audit: AtomicBool::new(true),
             interleave: AtomicBool::new(false),
+            race_puts: Mutex::new(None),
+            raced_put_times: Mutex::new(Vec::new()),
         })
+    }
+
+    /// The next `races` conditional puts of existing records under `key_prefix` lose to a
+    /// concurrent writer.
+    pub fn race_puts(&self, key_prefix: &str, races: usize) {
+        *self.race_puts.lock().unwrap() = Some((key_prefix.to_owned(), races));
+    }
+
+    /// Rewrites `key` first if the put is one the race hook takes.
+    async fn maybe_race(&self, partition: &str, key: &str, condition: PutCondition) -> MetaResult<()> {
+        if condition == PutCondition::None {
+            return Ok(());
+        }
+        {
+            let mut guard = self.race_puts.lock().unwrap();
+            match guard.as_mut() {
+                Some((prefix, races)) if *races > 0 && key.starts_with(prefix.as_str()) => *races -= 1,
+                _ => return Ok(()),
+            }
+        }
+        self.raced_put_times.lock().unwrap().push(std::time::Instant::now());
+        if let Some(current) = self.inner.get(partition, key).await? {
+            self.inner.put(partition, key, current.value, PutCondition::None).await?;
+        }
+        Ok(())
     }
 
     pub fn interleave(&self) {
@@ -147,6 +179,7 @@ impl MetaStore for HookStore {
         if let Some(failure) = self.injected_failure(key) {
             return Err(failure);
         }
+        self.maybe_race(partition, key, condition).await?;
         let missing = self.missing_logs_of_layout(key, &value).await;
         let result = self.inner.put(partition, key, value, condition).await;
         if result.is_ok() {

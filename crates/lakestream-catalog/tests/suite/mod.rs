@@ -54,6 +54,7 @@ macro_rules! catalog_suite {
             a_stream_created_during_a_namespace_deletion_never_outlives_it,
             stream_properties_change_by_compare_and_set,
             a_streams_binding_is_fixed_by_its_creation_properties,
+            a_lost_compare_and_set_is_retried_after_a_pause_then_reported_as_contention,
         );
     };
     (@tests $factory:path; $($name:ident),* $(,)?) => {
@@ -1030,4 +1031,49 @@ pub async fn a_streams_binding_is_fixed_by_its_creation_properties(store: Arc<dy
     let updated = catalog.update_stream_properties(NS, "topic", &same).await.unwrap();
     assert_eq!(updated.properties.get("owner").map(String::as_str), Some("me"));
     assert_eq!(updated.binding(), kafka::KAFKA_BINDING);
+}
+
+/// Every compare-and-set of the catalog retries a lost race after a growing, jittered pause
+/// (the shared backoff policy), and reports a race it keeps losing as `Contended` — the class
+/// of a lost race everywhere, not a transient failure.
+pub async fn a_lost_compare_and_set_is_retried_after_a_pause_then_reported_as_contention(
+    store: Arc<dyn MetaStore>,
+) {
+    use lakestream_format::retry::{Backoff, BackoffPolicy, Jitter};
+    const SEED: u64 = 31;
+    let config = CatalogConfig { max_cas_attempts: 8, ..test_config() };
+    let hooks = HookStore::new(store, &config.partition);
+    let catalog = Catalog::with_jitter(hooks.clone(), config, Arc::new(Jitter::seeded(SEED))).unwrap();
+    catalog.create_namespace(NS, BTreeMap::new()).await.unwrap();
+    create(&catalog, "orders", 1).await;
+    let stream_prefix = records::stream_key(NS, "orders");
+    let change = BTreeMap::from([("retention".to_owned(), Some("1d".to_owned()))]);
+
+    // Six lost races, then a win: the change is made once, after six pauses.
+    hooks.race_puts(&stream_prefix, 6);
+    let started = std::time::Instant::now();
+    let changed = catalog.update_stream_properties(NS, "orders", &change).await.unwrap();
+    assert_eq!(changed.properties.get("retention").map(String::as_str), Some("1d"));
+    let times = hooks.raced_put_times.lock().unwrap().clone();
+    assert_eq!(times.len(), 6, "six conditional puts lost");
+    // The pauses are the seeded backoff's draws for retries 0..5 (sleeps last at least that).
+    let replay = Backoff::new(BackoffPolicy::compare_and_set(8), Arc::new(Jitter::seeded(SEED)));
+    let expected: Vec<Duration> = (0..6).map(|retry| replay.delay(retry)).collect();
+    let paused: Duration = expected.iter().sum();
+    assert!(paused >= Duration::from_millis(5), "the seed draws real pauses: {expected:?}");
+    for (retry, (pair, want)) in times.windows(2).zip(&expected).enumerate() {
+        assert!(pair[1] - pair[0] >= *want, "retry {retry}: {:?} < {want:?}", pair[1] - pair[0]);
+    }
+    assert!(started.elapsed() >= paused);
+
+    // A race lost on every attempt: bounded by max_cas_attempts, reported as contention,
+    // and nothing of the change written.
+    hooks.race_puts(&stream_prefix, usize::MAX);
+    let undo = BTreeMap::from([("retention".to_owned(), None)]);
+    let err = catalog.update_stream_properties(NS, "orders", &undo).await.unwrap_err();
+    assert!(matches!(&err, CatalogError::Contended { attempts: 8, .. }), "{err}");
+    assert_eq!(err.class(), lakestream_format::ErrorClass::Contended);
+    hooks.race_puts(&stream_prefix, 0);
+    let stream = catalog.get_stream(NS, "orders").await.unwrap();
+    assert_eq!(stream.properties.get("retention").map(String::as_str), Some("1d"));
 }

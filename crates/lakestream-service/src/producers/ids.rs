@@ -3,8 +3,9 @@
 //!
 //! - **Producer id** (Kafka's `producerId`): an `i64` handed out by [`crate::Api::new_producer_id`],
 //!   unique across every process: each process takes blocks of [`ID_BLOCK`] ids from one
-//!   counter record in the metadata store (compare-and-set), as Kafka's brokers take blocks
-//!   from the controller.
+//!   counter record in the metadata store ([`lakestream_meta::cas_update`]: compare-and-set,
+//!   a lost race retried after a jittered pause), as Kafka's brokers take blocks from the
+//!   controller.
 //! - **Epoch** (`producerEpoch`): a producer bumps it itself (the Java client does after a
 //!   batch's outcome is lost), and then starts its sequences again at 0. A batch of an epoch
 //!   below the highest this process has seen for the id is refused
@@ -19,7 +20,8 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
-use lakestream_meta::{MetaError, MetaStore, PutCondition};
+use lakestream_format::retry::{Backoff, BackoffPolicy};
+use lakestream_meta::{CasError, CasOptions, CasRecord, Change, Current, MetaStore, Record, cas_update};
 use serde::{Deserialize, Serialize};
 
 use crate::api::{ApiError, ApiResult, ErrorKind};
@@ -34,8 +36,8 @@ const ID_COUNTER_KEY: &str = "/lakestream-kafka/producer-ids";
 /// How many producer ids a process takes from the counter at once.
 pub const ID_BLOCK: i64 = 1000;
 
-/// How many times taking a block re-reads after losing a race.
-const ID_ATTEMPTS: usize = 16;
+/// How many writes taking a block tries before it reports contention.
+const ID_ATTEMPTS: u32 = 16;
 
 /// The highest epoch this process has seen per producer id. Per process: a client's requests
 /// go to the process it is connected to. Forgotten when it grows past [`MAX_EPOCHS`] (a
@@ -74,17 +76,45 @@ struct Counter {
     next: i64,
 }
 
+impl CasRecord for Counter {
+    type Error = ApiError;
+
+    fn decode(record: &Record) -> ApiResult<Self> {
+        serde_json::from_slice(&record.value)
+            .map_err(|e| ApiError::new(ErrorKind::CorruptData, format!("{ID_COUNTER_KEY}: {e}")))
+    }
+
+    fn encode(&self) -> ApiResult<Bytes> {
+        serde_json::to_vec(self).map(Bytes::from).map_err(|e| ApiError::new(ErrorKind::Internal, e.to_string()))
+    }
+
+    /// The counter only moves up: a block once taken is never handed out again.
+    fn check_write(before: Option<&Self>, after: &Self) -> ApiResult<()> {
+        match before {
+            Some(b) if after.next <= b.next => Err(ApiError::new(
+                ErrorKind::Internal,
+                format!("{ID_COUNTER_KEY}: the counter would move from {} to {}", b.next, after.next),
+            )),
+            _ => Ok(()),
+        }
+    }
+}
+
 /// Hands out producer ids, a block at a time from the counter record.
 #[derive(Debug)]
 pub(crate) struct ProducerIds {
     meta: Arc<dyn MetaStore>,
     /// The ids left in this process's block: `[next, end)`.
     block: tokio::sync::Mutex<(i64, i64)>,
+    /// Lost races for a block pause with the process's jitter. An unknown outcome fails:
+    /// repeating the write would only skip a block, but the caller's retry does that too.
+    cas: CasOptions,
 }
 
 impl ProducerIds {
     pub(crate) fn new(meta: Arc<dyn MetaStore>) -> Self {
-        ProducerIds { meta, block: tokio::sync::Mutex::new((0, 0)) }
+        let cas = CasOptions::new(Backoff::process(BackoffPolicy::compare_and_set(ID_ATTEMPTS)));
+        ProducerIds { meta, block: tokio::sync::Mutex::new((0, 0)), cas }
     }
 
     /// A producer id no other call, in any process, gets.
@@ -99,31 +129,27 @@ impl ProducerIds {
     }
 
     async fn take_block(&self) -> ApiResult<(i64, i64)> {
-        let meta_error =
-            |e: MetaError| ApiError::new(ErrorKind::of_class(e.class()), format!("producer ids: {e}"));
-        for _ in 0..ID_ATTEMPTS {
-            let current = self.meta.get(ID_COUNTER_PARTITION, ID_COUNTER_KEY).await.map_err(meta_error)?;
-            let (start, condition) = match &current {
-                None => (0, PutCondition::IfAbsent),
-                Some(record) => {
-                    let counter: Counter = serde_json::from_slice(&record.value).map_err(|e| {
-                        ApiError::new(ErrorKind::CorruptData, format!("{ID_COUNTER_KEY}: {e}"))
-                    })?;
-                    (counter.next, PutCondition::IfVersion(record.version))
-                }
-            };
+        let mut block = (0, 0);
+        let take = |current: Option<&Current<Counter>>| {
+            let start = current.map_or(0, |c| c.value.next);
             let end = start
                 .checked_add(ID_BLOCK)
                 .ok_or_else(|| ApiError::new(ErrorKind::Internal, "producer ids are exhausted"))?;
-            let value = serde_json::to_vec(&Counter { v: 1, next: end })
-                .map_err(|e| ApiError::new(ErrorKind::Internal, e.to_string()))?;
-            match self.meta.put(ID_COUNTER_PARTITION, ID_COUNTER_KEY, Bytes::from(value), condition).await {
-                Ok(_) => return Ok((start, end)),
-                Err(MetaError::VersionMismatch { .. } | MetaError::KeyExists { .. }) => continue,
-                Err(e) => return Err(meta_error(e)),
+            block = (start, end);
+            Ok(Change::Write(Counter { v: 1, next: end }))
+        };
+        let taken = cas_update(self.meta.as_ref(), ID_COUNTER_PARTITION, ID_COUNTER_KEY, &self.cas, take).await;
+        match taken {
+            Ok(_) => Ok(block),
+            Err(CasError::Record(e)) => Err(e),
+            Err(CasError::Contended { attempts, .. }) => Err(ApiError::new(
+                ErrorKind::Contended,
+                format!("producer ids: lost {attempts} races for a block; retry"),
+            )),
+            Err(CasError::Meta(e)) => {
+                Err(ApiError::new(ErrorKind::of_class(e.class()), format!("producer ids: {e}")))
             }
         }
-        Err(ApiError::new(ErrorKind::Contended, "producer ids: lost every race for a block; retry"))
     }
 }
 

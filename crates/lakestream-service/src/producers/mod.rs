@@ -293,11 +293,7 @@ impl Default for ProducerState {
 }
 
 fn meta_error(what: &str, e: MetaError) -> ApiError {
-    let kind = match e.class() {
-        ErrorClass::Conflict => ErrorKind::Contended,
-        class => ErrorKind::of_class(class),
-    };
-    ApiError::new(kind, format!("{what}: {e}"))
+    ApiError::new(ErrorKind::of_class(e.class()), format!("{what}: {e}"))
 }
 
 /// The state record of one producer on one log, with compare-and-set writes.
@@ -485,7 +481,7 @@ pub fn pending_of(
 pub fn gate_refusal(log_id: LogId, e: &ApiError) -> AppendError {
     let class = match e.kind() {
         ErrorKind::OutcomeUnknown => ErrorClass::Retryable, // The index put was not made.
-        ErrorKind::Contended => ErrorClass::Conflict,
+        ErrorKind::Contended => ErrorClass::Contended,
         _ => ErrorClass::Retryable,
     };
     AppendError::GateRefused { log_id, reason: e.message().to_owned(), class }
