@@ -39,7 +39,9 @@ CURRENT = "| figure | value |\n|---|---:|\n| acknowledged | 154 MB/s |\n| ÷ raw
 
 class DocFigures(unittest.TestCase):
     def tree(self, text, report=True):
-        root = tempfile.mkdtemp()
+        tmp = tempfile.TemporaryDirectory()
+        self.addCleanup(tmp.cleanup)
+        root = tmp.name
         os.makedirs(os.path.join(root, "docs", "performance", "run1"))
         if report:
             with open(os.path.join(root, "docs", "performance", "run1", "report.json"), "w") as f:
@@ -62,7 +64,8 @@ class DocFigures(unittest.TestCase):
         self.assertIn("-| acknowledged | 160 MB/s |", out.stdout)
         self.assertIn("+| acknowledged | 154 MB/s |", out.stdout)
         self.assertEqual(self.run_script(root).returncode, 0)
-        self.assertEqual(open(os.path.join(root, "docs", "perf.md")).read(), doc(CURRENT))
+        with open(os.path.join(root, "docs", "perf.md")) as f:
+            self.assertEqual(f.read(), doc(CURRENT))
         self.assertEqual(self.run_script(root, "--check").returncode, 0)
 
     def test_a_figure_without_its_report_fails(self):
