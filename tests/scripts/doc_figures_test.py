@@ -79,6 +79,35 @@ class DocFigures(unittest.TestCase):
         self.assertIn("no figure 'delivered'; there are: ['acknowledged']", out.stderr)
 
 
+class LincheckReports(unittest.TestCase):
+    def test_a_checker_report_gives_totals_faults_and_mutants(self):
+        tmp = tempfile.TemporaryDirectory()
+        self.addCleanup(tmp.cleanup)
+        root = tmp.name
+        os.makedirs(os.path.join(root, "docs", "reliability", "run"))
+        report = {
+            "histories": {"/x/history.jsonl": {
+                "logs": [{"log": "s/0", "ops": 10, "appends_ok": 6}, {"log": "s/1", "ops": 12, "appends_ok": 7}],
+                "faults": {"kill -9 oxia leader": 3}, "ops": 22, "violations": 0, "undecided": 0}},
+            "mutants": [{"kind": "lost", "caught": True}, {"kind": "reorder", "caught": False}],
+            "ok": False,
+        }
+        with open(os.path.join(root, "docs", "reliability", "run", "lincheck.json"), "w") as f:
+            json.dump(report, f)
+        template = (
+            "<!-- figures: H=../reliability/run\n"
+            "{{H.history.fig('ops')}} ops, {{H.history.fig('appends_ok')}} acked on {{H.history.fig('logs')}} logs, "
+            "{{H.history.fig('fault: kill')}} kills, lost {{H.history.fig('caught: lost')}}, reorder {{H.history.fig('caught: reorder')}}\n"
+            "-->\n<!-- /figures -->\n"
+        )
+        with open(os.path.join(root, "docs", "rel.md"), "w") as f:
+            f.write(template)
+        out = subprocess.run([sys.executable, SCRIPT, "--root", root, "docs/rel.md"], capture_output=True, text=True)
+        self.assertEqual(out.returncode, 0, out.stderr)
+        with open(os.path.join(root, "docs", "rel.md")) as f:
+            self.assertIn("22 ops, 13 acked on 2 logs, 3 kills, lost 1, reorder 0", f.read())
+
+
 if __name__ == "__main__":
     result = unittest.main(exit=False, verbosity=2).result
     failed = len(result.failures) + len(result.errors)
