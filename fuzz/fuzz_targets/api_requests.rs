@@ -2,7 +2,7 @@
 //! router must not panic and must not answer 500 (a 500 means a bug or corrupt stored data,
 //! and nothing here stores corrupt data).
 //!
-//! The router is built once per process over a `Stack` with the in-memory metadata store and a
+//! The router is built once per process over a service with the in-memory metadata store and a
 //! temporary local object directory, and keeps its state between inputs: streams and entries
 //! an input creates stay, so later inputs reach produce, fetch, trim and the event routes.
 //! A finding may therefore depend on earlier inputs; replay it on a fresh process first.
@@ -17,15 +17,17 @@ use std::time::Duration;
 
 use axum::body::Body;
 use http::{HeaderName, HeaderValue, Method, Request, StatusCode, Uri};
-use lakestream_server::config::MetadataConfig;
+use lakestream_server::ServerConfig;
 use lakestream_server::http::{AppState, router};
-use lakestream_server::{ServerConfig, Stack};
+use lakestream_service::config::MetadataConfig;
+use lakestream_service::{Service, ServiceConfig};
 use libfuzzer_sys::fuzz_target;
 use tower::ServiceExt as _;
 
 struct Harness {
     runtime: tokio::runtime::Runtime,
     router: axum::Router,
+    _service: Service,
     _dir: tempfile::TempDir,
 }
 
@@ -45,17 +47,19 @@ fn harness() -> &'static Harness {
     HARNESS.get_or_init(|| {
         let dir = tempfile::tempdir().expect("a temporary directory for the object store");
         let addr = "127.0.0.1:0".parse().expect("a literal socket address");
-        let mut config = ServerConfig::dev(dir.path(), addr);
-        config.metadata = MetadataConfig::Memory;
+        let mut service_config = ServiceConfig::dev(dir.path());
+        service_config.metadata = MetadataConfig::Memory;
         // Small limits keep every input fast: produce waits one flush window, a fetch or
         // consume at the end of a partition waits at most max_fetch_wait.
-        config.writer.flush_window = Duration::from_millis(1);
+        service_config.writer.flush_window = Duration::from_millis(1);
+        service_config.max_fetch_wait = Duration::from_millis(5);
+        let mut config = ServerConfig::dev(addr, None);
         config.http.max_fetch_wait = Duration::from_millis(5);
         config.http.max_body_bytes = 64 * 1024;
         let runtime =
             tokio::runtime::Builder::new_current_thread().enable_all().build().expect("a tokio runtime");
-        let stack = runtime.block_on(Stack::open(&config)).expect("the in-memory stack opens");
-        let router = router(AppState::new(stack, config.http.clone()));
+        let service = runtime.block_on(Service::start(&service_config)).expect("the in-memory service starts");
+        let router = router(AppState::with_api(service.api().clone(), config.http.clone()));
         for &(method, path, content_type, body) in SETUP {
             let request = Request::builder()
                 .method(method)
@@ -66,7 +70,7 @@ fn harness() -> &'static Harness {
             let response = runtime.block_on(router.clone().oneshot(request)).expect("infallible");
             assert!(response.status().is_success(), "setup {method} {path}: {}", response.status());
         }
-        Harness { runtime, router, _dir: dir }
+        Harness { runtime, router, _service: service, _dir: dir }
     })
 }
 

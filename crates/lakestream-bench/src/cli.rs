@@ -5,8 +5,8 @@ use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
+use crate::{BenchConfig, ConfigLoader};
 use lakestream_format::{Clock as _, SystemClock};
-use lakestream_server::ServerConfig;
 
 use crate::report::ScenarioReport;
 use crate::scenarios::{BenchContext, Scenario};
@@ -122,19 +122,20 @@ impl BenchArgs {
 }
 
 /// Runs the command: the scenarios one after another, each step in a child process (this
-/// program run again with `--child`); prints where the report went.
-pub fn main(args: BenchArgs) -> ExitCode {
+/// program run again with `--child`); prints where the report went. Configuration files are
+/// read with `load`.
+pub fn main(args: BenchArgs, load: ConfigLoader) -> ExitCode {
     let outcome = match (args.child, args.child_scenario, args.run_id.as_deref()) {
         (Some(step), Some(which), Some(run_id)) => {
             match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
-                Ok(runtime) => runtime.block_on(child(&args, step, which, run_id)),
+                Ok(runtime) => runtime.block_on(child(&args, load, step, which, run_id)),
                 Err(e) => {
                     eprintln!("lakestream bench: cannot start the async runtime: {e}");
                     return ExitCode::FAILURE;
                 }
             }
         }
-        _ => run(&args),
+        _ => run(&args, load),
     };
     match outcome {
         Ok(()) => ExitCode::SUCCESS,
@@ -179,18 +180,17 @@ fn scenarios(which: &[Which]) -> Vec<Scenario> {
 
 /// The configuration of the run: the file's, or (without one) the embedded store and local
 /// files in `data-RUN_ID` under --out, which the caller removes when the run is over.
-fn config_of(args: &BenchArgs, run_id: &str) -> Result<(ServerConfig, Option<PathBuf>), BenchError> {
+fn config_of(
+    args: &BenchArgs,
+    load: ConfigLoader,
+    run_id: &str,
+) -> Result<(BenchConfig, Option<PathBuf>), BenchError> {
     match &args.config {
-        Some(file) => {
-            // As `serve` reads it: `LAKESTREAM_SECTION__KEY` variables set keys over the file.
-            let mut c =
-                ServerConfig::load(file, std::env::vars()).map_err(|e| BenchError::Config(e.to_string()))?;
-            c.apply_env(|v| std::env::var(v).ok()).map_err(|e| BenchError::Config(e.to_string()))?;
-            Ok((c, None))
-        }
+        // As `serve` reads it: `LAKESTREAM_SECTION__KEY` variables set keys over the file.
+        Some(file) => Ok((load(file).map_err(BenchError::Config)?, None)),
         None => {
             let dir = args.out.join(format!("data-{run_id}"));
-            Ok((ServerConfig::dev(&dir, ([127, 0, 0, 1], 0).into()), Some(dir)))
+            Ok((BenchConfig::dev(&dir), Some(dir)))
         }
     }
 }
@@ -275,10 +275,16 @@ fn spawn_step(s: Scenario, step: Step, run_id: &str) -> Result<(), BenchError> {
 
 /// A child: one step of one scenario on the run's stack, its outcome left in the run's steps
 /// directory. A measuring child of `consume` or `compact` has no writer.
-async fn child(args: &BenchArgs, step: Step, which: Which, run_id: &str) -> Result<(), BenchError> {
+async fn child(
+    args: &BenchArgs,
+    load: ConfigLoader,
+    step: Step,
+    which: Which,
+    run_id: &str,
+) -> Result<(), BenchError> {
     let [s] = <[Scenario; 1]>::try_from(scenarios(&[which]))
         .map_err(|_| BenchError::Config("--child-scenario names one scenario, not all".into()))?;
-    let (config, _) = config_of(args, run_id)?;
+    let (config, _) = config_of(args, load, run_id)?;
     let writer = step == Step::Prepare || !s.has_data_set();
     let ctx = BenchContext::open_for(config, args.knobs(), run_id, !args.quiet, writer).await?;
     let outcome = match step {
@@ -301,11 +307,11 @@ async fn child(args: &BenchArgs, step: Step, which: Which, run_id: &str) -> Resu
     outcome
 }
 
-fn run(args: &BenchArgs) -> Result<(), BenchError> {
+fn run(args: &BenchArgs, load: ConfigLoader) -> Result<(), BenchError> {
     args.knobs().validate()?;
     let run_id = format!("r{}", SystemClock.now_ms());
     // Read here too, so that a bad file is named before any child starts.
-    let (_, scratch) = config_of(args, &run_id)?;
+    let (_, scratch) = config_of(args, load, &run_id)?;
     let scenarios = scenarios(&args.scenario);
     let steps = steps_dir(args, &run_id);
     std::fs::create_dir_all(&steps).map_err(|source| BenchError::Io { path: steps.clone(), source })?;

@@ -30,7 +30,7 @@ use lakestream_objstore::{CountingStore, ObjectMeta, ObjectPath, ObjectStore};
 use lakestream_reader::{Reader, ReaderConfig, ReaderDeps};
 use lakestream_server::grpc::pb;
 use lakestream_server::grpc::pb::lakestream_client::LakestreamClient;
-use lakestream_server::stack::DEFAULT_NAMESPACE;
+use lakestream_service::stack::DEFAULT_NAMESPACE;
 
 use crate::baseline::{self, Load, OpStats, per_second};
 use crate::hist::Histogram;
@@ -44,7 +44,7 @@ const FETCH_BYTES: u64 = 8 << 20;
 
 /// Payload bytes per message of a gRPC read session: the API's default, what a client that
 /// names no size gets.
-const SESSION_MESSAGE_BYTES: u64 = lakestream_server::api::DEFAULT_FETCH_BYTES as u64;
+const SESSION_MESSAGE_BYTES: u64 = lakestream_service::api::DEFAULT_FETCH_BYTES as u64;
 
 /// How a client fetches.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -106,11 +106,12 @@ impl Served {
     async fn start(ctx: &BenchContext, reader: Reader) -> Result<Served, BenchError> {
         let mut stack = ctx.stack.clone();
         stack.reader = Some(reader);
-        let metrics = Arc::new(lakestream_server::metrics::Metrics::default());
-        let api = lakestream_server::api::Api::new(stack, metrics.clone(), ctx.config.http.max_fetch_wait);
+        let metrics = Arc::new(lakestream_service::metrics::Metrics::default());
+        let api =
+            lakestream_service::api::Api::new(stack, metrics.clone(), ctx.config.server.http.max_fetch_wait);
         let app = lakestream_server::http::router(lakestream_server::http::AppState::with_api(
             api.clone(),
-            ctx.config.http.clone(),
+            ctx.config.server.http.clone(),
         ));
         let bind = || tokio::net::TcpListener::bind(("127.0.0.1", 0));
         let (http, grpc) =
@@ -123,7 +124,7 @@ impl Served {
         let wait = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
             let _ = rx.wait_for(|s| *s).await;
         };
-        let limits = ctx.config.listener.clone();
+        let limits = ctx.config.server.listener.clone();
         let http_task = {
             let (limits, stats, stopped) =
                 (limits.clone(), metrics.http_connections.clone(), stopped.clone());
@@ -140,7 +141,7 @@ impl Served {
             })
         };
         let grpc_task = {
-            let grpc_config = ctx.config.grpc.clone();
+            let grpc_config = ctx.config.server.grpc.clone();
             tokio::spawn(async move {
                 lakestream_server::grpc::serve(grpc, api, &grpc_config, &limits, None, wait(stopped)).await;
             })
@@ -407,7 +408,8 @@ async fn cold_passes(
         let compacted = Arc::new(CountingStore::new(ctx.stack.compacted.clone()));
         let deps =
             ReaderDeps { meta: ctx.stack.meta.clone(), wal: wal.clone(), compacted: compacted.clone() };
-        let reader = Reader::new(ctx.config.reader.clone(), deps).map_err(err("reader configuration"))?;
+        let reader =
+            Reader::new(ctx.config.service.reader.clone(), deps).map_err(err("reader configuration"))?;
         let served = Served::start(ctx, reader).await?;
         let p = pass(transport, &served, stream, ends, &meter).await;
         served.stop().await;
@@ -467,7 +469,7 @@ async fn compact_all(
     logs: &[LogRef],
     stream: &str,
 ) -> Result<Vec<ObjectMeta>, BenchError> {
-    let config = CompactorConfig { max_range_age: Duration::ZERO, ..ctx.config.compactor.clone() };
+    let config = CompactorConfig { max_range_age: Duration::ZERO, ..ctx.config.service.compactor.clone() };
     let clock: Arc<dyn Clock> = Arc::new(SystemClock);
     let compactor = Compactor::new(
         config,
@@ -595,14 +597,15 @@ pub(crate) async fn measure(ctx: &BenchContext, data: Vec<DataSet>) -> Result<Sc
     // Cached: one reader whose WAL cache holds the whole data set, warmed by one pass. After
     // the cold and catch-up phases, whose RSS would otherwise hold what the allocator kept of
     // this cache.
-    let cache = ctx.config.reader.object_cache_bytes.max((wal_bytes + wal_bytes / 4) as usize + (64 << 20));
+    let cache =
+        ctx.config.service.reader.object_cache_bytes.max((wal_bytes + wal_bytes / 4) as usize + (64 << 20));
     let deps = ReaderDeps {
         meta: ctx.stack.meta.clone(),
         wal: ctx.stack.wal.clone(),
         compacted: ctx.stack.compacted.clone(),
     };
     let cached_reader =
-        Reader::new(ReaderConfig { object_cache_bytes: cache, ..ctx.config.reader.clone() }, deps)
+        Reader::new(ReaderConfig { object_cache_bytes: cache, ..ctx.config.service.reader.clone() }, deps)
             .map_err(err("reader configuration"))?;
     let served = Served::start(ctx, cached_reader).await?;
     pass(Transport::Http, &served, &name, &ends, &Meter::new()).await?;
@@ -640,8 +643,8 @@ pub(crate) async fn measure(ctx: &BenchContext, data: Vec<DataSet>) -> Result<Sc
         figure("WAL objects", written.len() as f64, ""),
         figure("WAL bytes", mib(wal_bytes), "MiB"),
         figure("raw GET, 1 task per log", get.mb_s(), "MB/s"),
-        figure("reader cache (configured)", mib(ctx.config.reader.object_cache_bytes as u64), "MiB"),
-        figure("read-ahead budget", mib(ctx.config.reader.read_ahead_bytes as u64), "MiB"),
+        figure("reader cache (configured)", mib(ctx.config.service.reader.object_cache_bytes as u64), "MiB"),
+        figure("read-ahead budget", mib(ctx.config.service.reader.read_ahead_bytes as u64), "MiB"),
         figure("fetch size", mib(FETCH_BYTES), "MiB"),
     ];
     r.latencies.push(Latency::of("raw GET of a WAL object", &get.latency));
@@ -768,7 +771,8 @@ pub(crate) async fn measure(ctx: &BenchContext, data: Vec<DataSet>) -> Result<Sc
         "×",
     ));
 
-    let config_bound = (ctx.config.reader.object_cache_bytes + ctx.config.reader.read_ahead_bytes) as u64;
+    let config_bound =
+        (ctx.config.service.reader.object_cache_bytes + ctx.config.service.reader.read_ahead_bytes) as u64;
     let peak = |which: &str| peaks.iter().filter(|(n, _)| *n == which).filter_map(|(_, p)| *p).max();
     let cold_peak = ["cold", "catch-up"].iter().filter_map(|w| peak(w)).max();
     rss_goal(&mut r, "cold and catch-up phases", cold_peak, config_bound, "cache + read-ahead");
@@ -781,7 +785,7 @@ pub(crate) async fn measure(ctx: &BenchContext, data: Vec<DataSet>) -> Result<Sc
         &mut r,
         "cached phases",
         peak("cached"),
-        (cache + ctx.config.reader.read_ahead_bytes) as u64,
+        (cache + ctx.config.service.reader.read_ahead_bytes) as u64,
         "cache (sized to the data set) + read-ahead",
     );
     r.samples = samples;
@@ -799,7 +803,7 @@ pub(crate) async fn measure(ctx: &BenchContext, data: Vec<DataSet>) -> Result<Sc
          compacted cold, raw GET of the compacted files.",
         FETCH_BYTES >> 20,
         SESSION_MESSAGE_BYTES >> 20,
-        ctx.config.reader.wal_read,
+        ctx.config.service.reader.wal_read,
     ));
     Ok(r)
 }

@@ -1,12 +1,12 @@
 //! The `events` scenario: CloudEvents ingestion with deduplication
-//! (`lakestream_server::events::ingest`, one event per request) against plain produce of
+//! (`lakestream_service::events::ingest`, one event per request) against plain produce of
 //! entries of the same payload size, at the same concurrency, on the same stream, in the
 //! same run. Every event has a new id, so each one pays the full deduplication cost (claim,
 //! append, record); a duplicate would skip the append and be cheaper.
 
 use lakestream_cloudevents::{Attribute, CloudEvent, Data};
-use lakestream_server::events::{EventStatus, IngestOutcome, ingest};
-use lakestream_server::stack::DEFAULT_NAMESPACE;
+use lakestream_service::events::{EventStatus, IngestOutcome, ingest};
+use lakestream_service::stack::DEFAULT_NAMESPACE;
 
 use crate::baseline;
 use crate::meter::Meter;

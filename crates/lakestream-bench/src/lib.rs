@@ -3,8 +3,8 @@
 //!
 //! Vocabulary:
 //! - a **scenario** (`produce`, `consume`, `compact`, `events`) drives one path of the
-//!   system, in process, over a [`Stack`](lakestream_server::Stack) opened from the same
-//!   [`ServerConfig`](lakestream_server::ServerConfig) the services use; `meta` drives the
+//!   system, in process, over a [`Stack`](lakestream_service::Stack) opened from the same
+//!   [`BenchConfig`] the services use; `meta` drives the
 //!   stack's metadata store alone, the baseline of the writer's publishing;
 //! - a **baseline** is the raw cost of what that path must do at least: `ObjectStore::put`
 //!   and `get` of the same object sizes at the same concurrency, `MetaStore::sequenced_put`s
@@ -37,6 +37,32 @@ use std::path::PathBuf;
 use serde::{Deserialize, Serialize};
 
 pub use report::ScenarioReport;
+
+/// What a run reads of a service configuration: the service's settings (stores, roles) and
+/// the HTTP and gRPC APIs' (for the consume scenario's clients).
+#[derive(Debug, Clone, Default)]
+pub struct BenchConfig {
+    /// The service layer's settings.
+    pub service: lakestream_service::ServiceConfig,
+    /// The HTTP and gRPC APIs' settings.
+    pub server: lakestream_server::ServerConfig,
+}
+
+impl BenchConfig {
+    /// The embedded metadata store and local files under `data_dir`, as `lakestream dev`
+    /// runs, with the APIs on free loopback ports.
+    pub fn dev(data_dir: &std::path::Path) -> BenchConfig {
+        let loopback = std::net::SocketAddr::from(([127, 0, 0, 1], 0));
+        BenchConfig {
+            service: lakestream_service::ServiceConfig::dev(data_dir),
+            server: lakestream_server::ServerConfig::dev(loopback, Some(loopback)),
+        }
+    }
+}
+
+/// Reads a service configuration file as `lakestream serve` does (its environment
+/// variables included): the `lakestream` command's loader, handed to [`cli::main`].
+pub type ConfigLoader = fn(&std::path::Path) -> Result<BenchConfig, String>;
 pub use scenarios::{BenchContext, DataSet, Scenario, measure, prepare, run};
 
 /// The knobs of a run. `None` takes the value from the configuration.
@@ -126,7 +152,7 @@ pub enum BenchError {
     Config(String),
     /// The stack could not be opened.
     #[error("cannot open the stack: {0}")]
-    Start(#[from] lakestream_server::StartError),
+    Start(#[from] lakestream_service::StartError),
     /// An operation of the system under test or of a baseline failed.
     #[error("{what}: {message}")]
     Operation {

@@ -27,8 +27,10 @@ use lakestream_compactor::{Compactor, CompactorConfig, CompactorDeps, Progress};
 use lakestream_format::{Clock, LogId, LogRef, SystemClock};
 use lakestream_meta::lease::RandomTokens;
 use lakestream_objstore::{CountingStore, Counts, ObjectMeta, ObjectPath};
-use lakestream_server::config::{MetadataConfig, ObjectStoreConfig};
-use lakestream_server::{ServerConfig, Stack};
+use lakestream_service::Stack;
+use lakestream_service::config::{MetadataConfig, ObjectStoreConfig};
+
+use crate::BenchConfig;
 use lakestream_writer::Writer;
 use serde::{Deserialize, Serialize};
 
@@ -79,7 +81,7 @@ pub struct BenchContext {
     /// The stack under test.
     pub stack: Stack,
     /// Its configuration, knobs applied.
-    pub config: ServerConfig,
+    pub config: BenchConfig,
     /// The knobs.
     pub knobs: Knobs,
     /// A name for this run's streams and baseline objects (letters, digits, `-`).
@@ -94,7 +96,7 @@ impl BenchContext {
     /// `bench-{run_id}` key prefix below the configured one, so runs never see each other's
     /// objects.
     pub async fn open(
-        config: ServerConfig,
+        config: BenchConfig,
         knobs: Knobs,
         run_id: &str,
         progress: bool,
@@ -106,7 +108,7 @@ impl BenchContext {
     /// measures reads or compaction of a data set another process wrote has no writer, so
     /// that its memory is the reader's or the compactor's.
     pub async fn open_for(
-        mut config: ServerConfig,
+        mut config: BenchConfig,
         knobs: Knobs,
         run_id: &str,
         progress: bool,
@@ -120,24 +122,26 @@ impl BenchContext {
             });
         }
         if let Some(ms) = knobs.flush_window_ms {
-            config.writer.flush_window = Duration::from_millis(ms);
+            config.service.writer.flush_window = Duration::from_millis(ms);
         }
         if let Some(bytes) = knobs.in_flight_bytes {
-            config.writer.max_in_flight_bytes = bytes;
+            config.service.writer.max_in_flight_bytes = bytes;
         }
-        config.writer.max_in_flight_bytes = config.writer.max_in_flight_bytes.max(knobs.entry_bytes);
+        config.service.writer.max_in_flight_bytes =
+            config.service.writer.max_in_flight_bytes.max(knobs.entry_bytes);
         // The writer admits no entry larger than its in-flight bound; a small bound for a small
         // run lowers the largest entry accepted rather than being refused.
-        config.writer.max_entry_bytes = config.writer.max_entry_bytes.min(config.writer.max_in_flight_bytes);
-        config.roles.writer = writer;
-        config.roles.reader = true;
+        config.service.writer.max_entry_bytes =
+            config.service.writer.max_entry_bytes.min(config.service.writer.max_in_flight_bytes);
+        config.service.roles.writer = writer;
+        config.service.roles.reader = true;
         // The compact scenario builds its own compactor (with ranges closing at once).
-        config.roles.compactor = false;
+        config.service.roles.compactor = false;
         let per_run = |prefix: &Option<String>| {
             let base = prefix.as_deref().unwrap_or("").trim_end_matches('/');
             Some(if base.is_empty() { format!("bench-{run_id}") } else { format!("{base}/bench-{run_id}") })
         };
-        for root in [&mut config.storage.wal, &mut config.storage.compacted] {
+        for root in [&mut config.service.storage.wal, &mut config.service.storage.compacted] {
             match root {
                 ObjectStoreConfig::Local { .. } => {}
                 ObjectStoreConfig::S3(s3) => s3.prefix = per_run(&s3.prefix),
@@ -153,7 +157,7 @@ impl BenchContext {
             }
         }
         let stores = describe_stores(&config);
-        let stack = Stack::open(&config).await?;
+        let stack = Stack::open(&config.service).await?;
         Ok(BenchContext { stack, config, knobs, run_id: run_id.into(), progress, stores })
     }
 
@@ -170,7 +174,7 @@ impl BenchContext {
     /// Little's law, throughput is what is in flight over the latency).
     pub(crate) fn producers(&self) -> usize {
         match self.knobs.concurrency {
-            0 => (self.config.writer.max_in_flight_bytes / self.knobs.entry_bytes).clamp(1, 4096),
+            0 => (self.config.service.writer.max_in_flight_bytes / self.knobs.entry_bytes).clamp(1, 4096),
             n => n,
         }
     }
@@ -222,7 +226,7 @@ impl BenchContext {
             .stack
             .catalog
             .create_stream(
-                lakestream_server::stack::DEFAULT_NAMESPACE,
+                lakestream_service::stack::DEFAULT_NAMESPACE,
                 &name,
                 self.knobs.logs,
                 Default::default(),
@@ -243,8 +247,9 @@ impl BenchContext {
             scenario: scenario.name().into(),
             stores: self.stores.clone(),
             knobs: self.knobs.clone(),
-            flush_window_ms: u64::try_from(self.config.writer.flush_window.as_millis()).unwrap_or(u64::MAX),
-            in_flight_bytes: self.config.writer.max_in_flight_bytes,
+            flush_window_ms: u64::try_from(self.config.service.writer.flush_window.as_millis())
+                .unwrap_or(u64::MAX),
+            in_flight_bytes: self.config.service.writer.max_in_flight_bytes,
             figures: Vec::new(),
             latencies: Vec::new(),
             ratios: Vec::new(),
@@ -259,7 +264,7 @@ impl BenchContext {
     }
 }
 
-fn describe_stores(config: &ServerConfig) -> String {
+fn describe_stores(config: &BenchConfig) -> String {
     let objects = |c: &ObjectStoreConfig| match c {
         ObjectStoreConfig::Local { .. } => "local disk".to_string(),
         ObjectStoreConfig::S3(s3) => {
@@ -272,12 +277,12 @@ fn describe_stores(config: &ServerConfig) -> String {
             format!("Azure Blob at {}", azure.endpoint.as_deref().unwrap_or("the default endpoint"))
         }
     };
-    let meta = match &config.metadata {
+    let meta = match &config.service.metadata {
         MetadataConfig::Embedded { .. } => "embedded (redb)",
         MetadataConfig::Memory => "in-memory",
         MetadataConfig::Oxia { .. } => "Oxia",
     };
-    format!("objects: {}, metadata: {meta}", objects(&config.storage.wal))
+    format!("objects: {}, metadata: {meta}", objects(&config.service.storage.wal))
 }
 
 /// Runs one scenario in this process: [`prepare`], then [`measure`].
@@ -703,8 +708,8 @@ async fn produce(ctx: &BenchContext) -> Result<ScenarioReport, BenchError> {
     }
 
     // Baselines, each as long as a measured phase.
-    let uploads = ctx.config.writer.upload_concurrency();
-    let flush_bytes = ctx.config.writer.flush_bytes;
+    let uploads = ctx.config.service.writer.upload_concurrency();
+    let flush_bytes = ctx.config.service.writer.flush_bytes;
     // A `--count` run is a quick check: a few baseline operations are enough (a count of
     // 4 MiB PUTs as large as the entry count would write gigabytes).
     let bl = match ctx.load() {
@@ -946,7 +951,7 @@ async fn compact(
     let wal_bytes: u64 = written.iter().map(|m| m.size).sum();
 
     // Ranges close at once, so that everything just written is compacted in this run.
-    let config = CompactorConfig { max_range_age: Duration::ZERO, ..ctx.config.compactor.clone() };
+    let config = CompactorConfig { max_range_age: Duration::ZERO, ..ctx.config.service.compactor.clone() };
     let clock: Arc<dyn Clock> = Arc::new(SystemClock);
     // The compactor's WAL reads are counted: each object once for all the logs of a pass.
     let wal_counter = Arc::new(CountingStore::new(ctx.stack.wal.clone()));
@@ -1161,8 +1166,8 @@ pub(crate) mod tests {
     use super::*;
 
     pub(crate) async fn context(dir: &std::path::Path, knobs: Knobs) -> BenchContext {
-        let mut config = ServerConfig::dev(dir, "127.0.0.1:0".parse().unwrap());
-        config.metadata = MetadataConfig::Memory;
+        let mut config = BenchConfig::dev(dir);
+        config.service.metadata = MetadataConfig::Memory;
         BenchContext::open(config, knobs, "t1", false).await.unwrap()
     }
 
@@ -1316,7 +1321,7 @@ pub(crate) mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_stack_without_a_writer_measures_what_another_wrote() {
         let dir = tempfile::tempdir().unwrap();
-        let config = ServerConfig::dev(dir.path(), "127.0.0.1:0".parse().unwrap());
+        let config = BenchConfig::dev(dir.path());
         for scenario in [Scenario::Compact, Scenario::Consume] {
             let ctx = BenchContext::open(config.clone(), tiny(), "t2", false).await.unwrap();
             let data = prepare(&ctx, scenario).await.unwrap();
@@ -1353,7 +1358,7 @@ pub(crate) mod tests {
     #[tokio::test]
     async fn bad_knobs_and_run_ids_are_refused() {
         let dir = tempfile::tempdir().unwrap();
-        let config = ServerConfig::dev(dir.path(), "127.0.0.1:0".parse().unwrap());
+        let config = BenchConfig::dev(dir.path());
         let e =
             BenchContext::open(config.clone(), Knobs { logs: 0, ..tiny() }, "t", false).await.unwrap_err();
         assert!(matches!(e, BenchError::Knob { knob: "logs", .. }), "{e}");

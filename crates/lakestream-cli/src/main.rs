@@ -13,6 +13,7 @@
 //!   benchmarks with same-run baselines (see `lakestream-bench`).
 
 mod client;
+mod config;
 mod inspect;
 
 use std::net::SocketAddr;
@@ -20,8 +21,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
-use lakestream_server::config::LogFormat;
-use lakestream_server::{ServerConfig, Stack};
+use config::{Config, LogFormat};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -55,7 +55,7 @@ enum Command {
         #[arg(long, default_value = "127.0.0.1:9092")]
         kafka_addr: GrpcAddr,
         /// How long CloudEvents ingest deduplicates retries (source + id), at most 24h.
-        #[arg(long, env = "LAKESTREAM_CLOUDEVENTS_DEDUP_WINDOW", value_parser = lakestream_server::config::parse_duration)]
+        #[arg(long, env = "LAKESTREAM_CLOUDEVENTS_DEDUP_WINDOW", value_parser = config::parse_duration)]
         cloudevents_dedup_window: Option<std::time::Duration>,
     },
     /// Run a service from a configuration file, with the roles its `[roles]` section names.
@@ -573,7 +573,7 @@ fn main() -> ExitCode {
         }
     };
     if let Command::Bench(args) = cli.command {
-        return lakestream_bench::cli::main(args);
+        return lakestream_bench::cli::main(args, load_bench_config);
     }
     if let Command::Inspect { kind, file } = &cli.command {
         return match inspect::inspect(*kind, file) {
@@ -624,19 +624,19 @@ fn main() -> ExitCode {
     }
 }
 
-fn load_config(command: &Command) -> Result<ServerConfig, String> {
+fn load_config(command: &Command) -> Result<Config, String> {
     let config = match command {
         Command::Dev { data_dir, http_addr, grpc_addr, kafka_addr, cloudevents_dedup_window } => {
             // The dev defaults as a document, then the environment, then the flags.
-            let text = ServerConfig::dev_toml(data_dir, *http_addr);
+            let text = Config::dev_toml(data_dir, *http_addr);
             let mut c =
-                ServerConfig::from_toml_and_env(&text, Path::new("(lakestream dev defaults)"), process_env())
+                Config::from_toml_and_env(&text, Path::new("(lakestream dev defaults)"), process_env())
                     .map_err(|e| e.to_string())?;
-            c.http.addr = *http_addr;
-            c.grpc.addr = grpc_addr.0;
+            c.server.http.addr = *http_addr;
+            c.server.grpc.addr = grpc_addr.0;
             c.kafka.addr = kafka_addr.0;
             if let Some(window) = cloudevents_dedup_window {
-                c.cloudevents.dedup_window = *window;
+                c.service.cloudevents.dedup_window = *window;
             }
             c
         }
@@ -654,25 +654,26 @@ fn load_config(command: &Command) -> Result<ServerConfig, String> {
     Ok(config)
 }
 
-async fn run(config: ServerConfig, dev: bool) -> Result<(), String> {
-    let stack = Stack::open(&config).await.map_err(|e| e.to_string())?;
+async fn run(config: Config, dev: bool) -> Result<(), String> {
+    let service = lakestream_service::Service::start(&config.service).await.map_err(|e| e.to_string())?;
     let shutdown = async {
         shutdown_signal().await;
         tracing::info!("shutting down: publishing pending appends and releasing leases");
     };
     // The Kafka front end is bound first, so that a taken port fails the start.
-    let mut front_ends = Vec::new();
+    let mut front_ends: Vec<lakestream_server::FrontEnd> = Vec::new();
     let mut kafka_at = None;
     if config.kafka.addr.is_some() {
-        let kafka = lakestream_kafka::KafkaFrontEnd::bind(&config.kafka, config.http.max_fetch_wait)
+        let kafka = lakestream_kafka::KafkaFrontEnd::bind(&config.kafka, config.server.http.max_fetch_wait)
             .await
             .map_err(|e| format!("server: {e}"))?;
         kafka_at = Some(kafka.local_addr());
-        front_ends.push(kafka.into_front_end());
+        front_ends.push(Box::new(move |api, stop| Box::pin(kafka.serve(api, stop))));
     }
-    lakestream_server::serve_all_with(
-        &config,
-        stack,
+    let tables_uri = config.service.roles.compactor.then_some(config.service.tables.uri.as_ref()).flatten();
+    lakestream_server::run(
+        &config.server,
+        service,
         front_ends,
         |at| {
             let addr = at.http;
@@ -686,7 +687,7 @@ async fn run(config: ServerConfig, dev: bool) -> Result<(), String> {
             if let Some(kafka) = kafka_at {
                 println!("  Kafka:     {kafka} (bootstrap.servers; see docs/kafka.md)");
             }
-            if let (Some(uri), true) = (&config.tables.uri, config.roles.compactor) {
+            if let Some(uri) = tables_uri {
                 // Redacted: a PostgreSQL URI may carry a password.
                 println!(
                     "  tables:    Iceberg catalog {} (streams with table=iceberg; see docs/tables.md)",
@@ -724,30 +725,30 @@ struct ServeArgs {
     kafka_addr: Option<GrpcAddr>,
     /// How long CloudEvents ingest deduplicates retries, at most 24h (overrides
     /// `[cloudevents] dedup_window` and LAKESTREAM_CLOUDEVENTS_DEDUP_WINDOW).
-    #[arg(long, value_parser = lakestream_server::config::parse_duration)]
+    #[arg(long, value_parser = config::parse_duration)]
     cloudevents_dedup_window: Option<std::time::Duration>,
 }
 
 impl ServeArgs {
-    fn load(&self) -> Result<ServerConfig, String> {
+    fn load(&self) -> Result<Config, String> {
         self.load_with(process_env())
     }
 
     /// The file, then the environment `env` (`LAKESTREAM_SECTION__KEY` and the aliases),
     /// then the flags.
-    fn load_with(&self, env: impl IntoIterator<Item = (String, String)>) -> Result<ServerConfig, String> {
-        let mut c = ServerConfig::load(&self.config, env).map_err(|e| e.to_string())?;
+    fn load_with(&self, env: impl IntoIterator<Item = (String, String)>) -> Result<Config, String> {
+        let mut c = Config::load(&self.config, env).map_err(|e| e.to_string())?;
         if let Some(addr) = self.http_addr {
-            c.http.addr = addr;
+            c.server.http.addr = addr;
         }
         if let Some(GrpcAddr(addr)) = self.grpc_addr {
-            c.grpc.addr = addr;
+            c.server.grpc.addr = addr;
         }
         if let Some(GrpcAddr(addr)) = self.kafka_addr {
             c.kafka.addr = addr;
         }
         if let Some(window) = self.cloudevents_dedup_window {
-            c.cloudevents.dedup_window = window;
+            c.service.cloudevents.dedup_window = window;
         }
         Ok(c)
     }
@@ -755,18 +756,25 @@ impl ServeArgs {
     /// [`ServeArgs::load`], serving only the role `only` (whatever `[roles]` says).
     fn load_role(
         &self,
-        only: fn(&mut lakestream_server::config::RolesConfig) -> &mut bool,
-    ) -> Result<ServerConfig, String> {
+        only: fn(&mut lakestream_service::config::RolesConfig) -> &mut bool,
+    ) -> Result<Config, String> {
         let mut c = self.load()?;
-        c.roles = lakestream_server::config::RolesConfig {
+        c.service.roles = lakestream_service::config::RolesConfig {
             writer: false,
             reader: false,
             catalog: false,
             compactor: false,
         };
-        *only(&mut c.roles) = true;
+        *only(&mut c.service.roles) = true;
         Ok(c)
     }
+}
+
+/// A configuration file as `serve` reads it (the process's environment included), for
+/// `lakestream bench --config FILE`.
+fn load_bench_config(path: &Path) -> Result<lakestream_bench::BenchConfig, String> {
+    let config = Config::load(path, process_env()).map_err(|e| e.to_string())?;
+    Ok(lakestream_bench::BenchConfig { service: config.service, server: config.server })
 }
 
 /// The process's environment variables whose names are Unicode (a value that is not is
@@ -838,23 +846,23 @@ mod tests {
     #[test]
     fn flags_override_the_environment_which_overrides_the_file() {
         let file = serve(&[]).load_with([]).unwrap();
-        assert_eq!(file.http.addr.port(), 8080);
-        assert_eq!(file.writer.flush_window, std::time::Duration::from_millis(250));
+        assert_eq!(file.server.http.addr.port(), 8080);
+        assert_eq!(file.service.writer.flush_window, std::time::Duration::from_millis(250));
         let vars = env(&[
             ("LAKESTREAM_HTTP__ADDR", "0.0.0.0:1111"),
             ("LAKESTREAM_WRITER__FLUSH_WINDOW", "20ms"),
             ("LAKESTREAM_CLOUDEVENTS_DEDUP_WINDOW", "30m"),
         ]);
         let from_env = serve(&[]).load_with(vars.clone()).unwrap();
-        assert_eq!(from_env.http.addr.port(), 1111);
-        assert_eq!(from_env.writer.flush_window, std::time::Duration::from_millis(20));
-        assert_eq!(from_env.cloudevents.dedup_window, std::time::Duration::from_secs(1800));
+        assert_eq!(from_env.server.http.addr.port(), 1111);
+        assert_eq!(from_env.service.writer.flush_window, std::time::Duration::from_millis(20));
+        assert_eq!(from_env.service.cloudevents.dedup_window, std::time::Duration::from_secs(1800));
         let flagged = serve(&["--http-addr", "0.0.0.0:2222", "--cloudevents-dedup-window", "2h"])
             .load_with(vars)
             .unwrap();
-        assert_eq!(flagged.http.addr.port(), 2222);
-        assert_eq!(flagged.cloudevents.dedup_window, std::time::Duration::from_secs(7200));
-        assert_eq!(flagged.writer.flush_window, std::time::Duration::from_millis(20));
+        assert_eq!(flagged.server.http.addr.port(), 2222);
+        assert_eq!(flagged.service.cloudevents.dedup_window, std::time::Duration::from_secs(7200));
+        assert_eq!(flagged.service.writer.flush_window, std::time::Duration::from_millis(20));
     }
 
     #[test]

@@ -20,7 +20,7 @@ use futures::StreamExt as _;
 use futures::stream::FuturesOrdered;
 use kafka_protocol::messages::{ApiKey, ApiVersionsResponse, RequestHeader, ResponseHeader};
 use kafka_protocol::protocol::{Decodable, Encodable, HeaderVersion, decode_request_header_from_buffer};
-use lakestream_server::api::Api;
+use lakestream_service::api::Api;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::tcp::OwnedReadHalf;
 use tokio::net::{TcpListener, TcpStream};

@@ -40,7 +40,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use lakestream_meta::{MetaError, MetaStore, Session};
-use lakestream_server::api::{ApiError, ApiResult, ErrorKind};
+use lakestream_service::api::{ApiError, ApiResult, ErrorKind};
 use serde::{Deserialize, Serialize};
 
 use crate::group::{Group, GroupRecord, record_key};

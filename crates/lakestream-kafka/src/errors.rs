@@ -1,7 +1,7 @@
 //! The one mapping from the service layer's error kinds to Kafka error codes.
 
 use kafka_protocol::error::ResponseError;
-use lakestream_server::api::{ApiError, ErrorKind};
+use lakestream_service::api::{ApiError, ErrorKind};
 
 /// The Kafka error code of a service-layer error. No wildcard arm: a new kind must be mapped.
 pub(crate) fn code_of(e: &ApiError) -> i16 {

@@ -1,7 +1,7 @@
 //! The consumer-group APIs (classic protocol): FindCoordinator, JoinGroup, SyncGroup,
 //! Heartbeat, LeaveGroup, OffsetCommit, OffsetFetch, ListGroups, DescribeGroups. Membership is
 //! `crate::group`'s, coordination across processes `crate::coordinator`'s; committed offsets
-//! go to the service layer's group offset store ([`lakestream_server::groups`]), with the
+//! go to the service layer's group offset store ([`lakestream_service::groups`]), with the
 //! group's generation.
 
 use std::collections::{BTreeMap, HashMap};
@@ -11,9 +11,9 @@ use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::*;
 use kafka_protocol::protocol::StrBytes;
 use lakestream_format::kafka::NAMESPACE;
-use lakestream_server::api::{ApiError, ErrorKind, PartitionRef};
-use lakestream_server::auth::Permission;
-use lakestream_server::groups::{MAX_METADATA_BYTES, OffsetCommit, SameGeneration, check_group_id};
+use lakestream_service::api::{ApiError, ErrorKind, PartitionRef};
+use lakestream_service::auth::Permission;
+use lakestream_service::groups::{MAX_METADATA_BYTES, OffsetCommit, SameGeneration, check_group_id};
 
 use crate::coordinator::Location;
 use crate::group::{Group, Join, Phase};

@@ -13,11 +13,11 @@ use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::*;
 use kafka_protocol::protocol::StrBytes;
 use lakestream_format::kafka::NAMESPACE;
-use lakestream_reader::ReadBatch;
-use lakestream_server::api::{
+use lakestream_service::api::ReadBatch;
+use lakestream_service::api::{
     Api, ApiError, ApiResult, ErrorKind, FetchParams, Offsets, PartitionRef, ProduceInput, ProduceOptions,
 };
-use lakestream_server::auth::Permission;
+use lakestream_service::auth::Permission;
 use tokio::sync::oneshot;
 use tokio::time::Instant;
 use uuid::Uuid;

@@ -1,5 +1,5 @@
 //! Idempotent producers (`enable.idempotence=true`, the default of modern clients) on the
-//! service layer's idempotent-producer path ([`lakestream_server::producers`]).
+//! service layer's idempotent-producer path ([`lakestream_service::producers`]).
 //!
 //! ## Vocabulary
 //!
@@ -34,8 +34,8 @@ use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
 use lakestream_meta::{MetaError, MetaStore, PutCondition};
-use lakestream_server::api::{ApiError, ApiResult, ErrorKind};
-use lakestream_server::producers::{ProducerId, ProducerSequence};
+use lakestream_service::api::{ApiError, ApiResult, ErrorKind};
+use lakestream_service::producers::{ProducerId, ProducerSequence};
 use serde::{Deserialize, Serialize};
 
 /// The metadata partition of the front end's own records.

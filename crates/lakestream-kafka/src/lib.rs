@@ -1,6 +1,6 @@
 //! The Kafka wire-protocol front end of Lakestream: Kafka clients produce to and fetch from
 //! streams stored in the spec's Kafka binding, over the same service layer
-//! ([`lakestream_server::api::Api`]) as the HTTP and gRPC APIs — no second path to the writer
+//! ([`lakestream_service::api::Api`]) as the HTTP and gRPC APIs — no second path to the writer
 //! or the reader. Frames and messages are encoded and decoded by the `kafka-protocol` crate.
 //!
 //! * A topic is the stream `default/{topic}-topic-id-{topic ID}` (the binding's stream
@@ -21,9 +21,8 @@
 //!   refusals and the client settings needed.
 //!
 //! ```no_run
-//! # async fn run(api: lakestream_server::api::Api) -> std::io::Result<()> {
-//! use lakestream_kafka::KafkaFrontEnd;
-//! use lakestream_server::config::KafkaConfig;
+//! # async fn run(api: lakestream_service::Api) -> std::io::Result<()> {
+//! use lakestream_kafka::{KafkaConfig, KafkaFrontEnd};
 //!
 //! let config = KafkaConfig {
 //!     addr: Some("127.0.0.1:9092".parse().unwrap()),
@@ -36,11 +35,12 @@
 //! # Ok(()) }
 //! ```
 //!
-//! In a service, [`KafkaFrontEnd::into_front_end`] hands it to
-//! [`lakestream_server::serve_all_with`], which runs it beside the HTTP and gRPC listeners.
+//! The `lakestream` command serves it beside the HTTP and gRPC listeners of
+//! `lakestream-server`, over the same [`Api`], with one shutdown signal.
 #![deny(missing_docs)]
 
 mod appends;
+pub mod config;
 mod conn;
 mod coordinator;
 mod errors;
@@ -56,9 +56,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use lakestream_meta::lease::{RandomTokens, TokenSource};
-use lakestream_server::api::Api;
-use lakestream_server::config::KafkaConfig;
+use lakestream_service::api::Api;
 use tokio::net::TcpListener;
+
+pub use config::KafkaConfig;
 
 /// What the connections of one front end share.
 #[derive(Debug, Clone)]
@@ -184,10 +185,5 @@ impl KafkaFrontEnd {
         conn::serve(self.listener, api, Arc::new(self.settings), shared.clone(), shutdown).await;
         // Hand the groups coordinated here to another process at once.
         shared.coordinator.close().await;
-    }
-
-    /// This front end as one of [`lakestream_server::serve_all_with`]'s.
-    pub fn into_front_end(self) -> lakestream_server::FrontEnd {
-        Box::new(move |api, shutdown| Box::pin(self.serve(api, shutdown)))
     }
 }

@@ -7,10 +7,10 @@ use std::collections::BTreeMap;
 
 use base64::Engine as _;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
-use lakestream_catalog::Stream;
 use lakestream_format::kafka::{self as binding, NAMESPACE, TOPIC_ID_SEPARATOR};
 use lakestream_meta::lease::TokenSource;
-use lakestream_server::api::{Api, ApiError, ApiResult, ErrorKind};
+use lakestream_service::api::Stream;
+use lakestream_service::api::{Api, ApiError, ApiResult, ErrorKind};
 use uuid::Uuid;
 
 /// One live topic incarnation.

@@ -9,6 +9,7 @@ mod support;
 
 use kafka_protocol::messages::*;
 use kafka_protocol::records::RecordBatchDecoder;
+use lakestream_service::config::MetadataConfig;
 use support::*;
 
 #[tokio::test]
@@ -20,7 +21,7 @@ async fn any_front_end_serves_any_partition() {
     for node_id in [1, 2] {
         let dir = tempfile::tempdir().unwrap();
         let mut config = stack_config(dir.path(), &run);
-        config.apply_env(|var| (var == "LAKESTREAM_OXIA_ADDRESSES").then(|| address.clone())).unwrap();
+        config.metadata = MetadataConfig::oxia(vec![address.clone()]);
         running.push(start_with(&config, node_id, dir).await);
     }
     let mut a = Client::connect(&running[0]).await;
@@ -99,7 +100,7 @@ async fn a_group_is_coordinated_by_one_front_end_and_moves_when_it_stops() {
     for node_id in [1, 2] {
         let dir = tempfile::tempdir().unwrap();
         let mut config = stack_config(dir.path(), &run);
-        config.apply_env(|var| (var == "LAKESTREAM_OXIA_ADDRESSES").then(|| address.clone())).unwrap();
+        config.metadata = MetadataConfig::oxia(vec![address.clone()]);
         running.push(start_with(&config, node_id, dir).await);
     }
     let b_server = running.pop().unwrap();

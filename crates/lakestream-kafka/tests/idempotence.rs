@@ -125,7 +125,7 @@ async fn a_producer_whose_state_expired_is_unknown_then_starts_again() {
         streams.iter().find(|s| s.name.starts_with("expiring-topic-id-")).expect("the topic's stream");
     let log = stream.log_ref(0).unwrap().log_id;
     let eight_days_on = r.stack.clock.now_ms() + 8 * 24 * 3600 * 1000;
-    let swept = lakestream_server::producers::expire_idle(
+    let swept = lakestream_service::producers::expire_idle(
         r.stack.meta.as_ref(),
         log,
         eight_days_on,

@@ -1,6 +1,6 @@
 //! The HTTP/JSON API, version 1. Handlers are thin: they parse, call the service layer
-//! ([`crate::api::Api`], shared with the gRPC API) and render JSON; every error is an
-//! [`ApiError`], whose kind decides the status code (the table is in [`crate::api`]).
+//! ([`lakestream_service::api::Api`], shared with the gRPC API) and render JSON; every error is an
+//! [`ApiError`], whose kind decides the status code (the table is in [`lakestream_service::api`]).
 //!
 //! | method | path | what |
 //! |---|---|---|
@@ -32,34 +32,25 @@ use axum::routing::{get, post, put};
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD as BASE64;
 use bytes::Bytes;
-use lakestream_catalog::{Namespace, Stream};
-use lakestream_reader::Reader;
+use lakestream_service::api::{Namespace, Stream};
 use serde::{Deserialize, Serialize};
 
-use crate::api::Api;
 use crate::config::HttpConfig;
-use crate::metrics::Metrics;
-use crate::stack::Stack;
+use lakestream_service::api::Api;
+use lakestream_service::metrics::Metrics;
 
 /// Shared state of the handlers.
 #[derive(Debug, Clone)]
 pub struct AppState {
-    pub(crate) stack: Stack,
     pub(crate) config: HttpConfig,
     pub(crate) metrics: Arc<Metrics>,
     pub(crate) api: Api,
 }
 
 impl AppState {
-    /// State over a running stack, with its own metrics.
-    pub fn new(stack: Stack, config: HttpConfig) -> Self {
-        let api = Api::new(stack, Arc::new(Metrics::default()), config.max_fetch_wait);
-        Self::with_api(api, config)
-    }
-
-    /// State over the service layer `api`, sharing its stack and metrics (with the gRPC API).
+    /// State over the service layer `api`, sharing its metrics (with the gRPC API).
     pub fn with_api(api: Api, config: HttpConfig) -> Self {
-        AppState { stack: api.stack().clone(), metrics: api.metrics().clone(), config, api }
+        AppState { metrics: api.metrics().clone(), config, api }
     }
 
     /// The service layer.
@@ -89,7 +80,7 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/namespaces/{ns}/groups", get(list_groups))
         .route("/v1/namespaces/{ns}/groups/{group}/streams/{stream}", get(group_offsets))
         .route("/v1/namespaces/{ns}/groups/{group}/streams/{stream}/partitions/{p}", put(commit_offset))
-        .merge(crate::events::routes(&state.stack, &state.metrics, state.config.max_fetch_wait))
+        .merge(crate::events::routes(&state.api, state.config.max_fetch_wait))
         // After routing, so that `authorize` sees the matched route and its decoded parameters.
         .route_layer(axum::middleware::from_fn_with_state(state.clone(), authorize))
         .layer(DefaultBodyLimit::max(body_limit))
@@ -110,15 +101,15 @@ async fn authorize(
     request: axum::extract::Request,
     next: axum::middleware::Next,
 ) -> Response {
-    if !(s.stack.auth.enabled() || s.stack.limiter.enabled()) {
+    if !s.api.admission_enabled() {
         return next.run(request).await;
     }
     // A route layer runs only on a matched route, so this is always set; refuse (not pass)
     // should that ever change.
     let Some(route) = request.extensions().get::<MatchedPath>() else {
-        return ApiError::new(ErrorKind::Internal, "authorization found no matched route").into_response();
+        return ApiError::new(ErrorKind::Internal, "authorization found no matched route").into_http();
     };
-    let Some(needed) = crate::auth::required(request.method(), route.as_str()) else {
+    let Some(needed) = lakestream_service::auth::required(request.method(), route.as_str()) else {
         return next.run(request).await;
     };
     let (mut parts, body) = request.into_parts();
@@ -131,12 +122,12 @@ async fn authorize(
     let header = parts.headers.get(header::AUTHORIZATION).and_then(|v| v.to_str().ok());
     let peer = parts.extensions.get::<crate::listener::PeerAddr>().map(|p| p.0.ip());
     if let Err(e) = s.api.admit(header, namespace.as_deref(), needed, peer) {
-        return e.into_response();
+        return e.into_http();
     }
     next.run(axum::extract::Request::from_parts(parts, body)).await
 }
 
-pub use crate::api::REQUEST_ID;
+pub use lakestream_service::api::REQUEST_ID;
 
 /// Runs every request in a tracing span with its method, path and id (see [`REQUEST_ID`]),
 /// logs failures and counts every request by route template (the router's pattern, or
@@ -147,7 +138,8 @@ async fn request_span(
     next: axum::middleware::Next,
 ) -> Response {
     use tracing::Instrument as _;
-    let id = crate::api::request_id(request.headers().get(REQUEST_ID).and_then(|v| v.to_str().ok()));
+    let id =
+        lakestream_service::api::request_id(request.headers().get(REQUEST_ID).and_then(|v| v.to_str().ok()));
     if let Ok(value) = HeaderValue::from_str(&id) {
         request.headers_mut().insert(REQUEST_ID, value);
     }
@@ -172,25 +164,48 @@ async fn request_span(
     response
 }
 
-pub use crate::api::ApiError;
-use crate::api::{ErrorKind, FetchParams, PartitionRef, ProduceInput};
+pub use lakestream_service::api::ApiError;
+use lakestream_service::api::{ErrorKind, FetchParams, PartitionRef, ProduceInput};
 
-impl From<JsonRejection> for ApiError {
+/// An [`ApiError`] as an HTTP answer (the error table is the service's; the body and headers
+/// are this transport's).
+#[derive(Debug)]
+pub struct HttpError(pub ApiError);
+
+impl From<ApiError> for HttpError {
+    fn from(e: ApiError) -> Self {
+        HttpError(e)
+    }
+}
+
+impl From<JsonRejection> for HttpError {
     fn from(e: JsonRejection) -> Self {
-        match e.status() {
+        HttpError(match e.status() {
             StatusCode::PAYLOAD_TOO_LARGE => ApiError::new(ErrorKind::TooLarge, e.body_text()),
             StatusCode::UNSUPPORTED_MEDIA_TYPE => {
                 ApiError::new(ErrorKind::UnsupportedMediaType, e.body_text())
             }
             _ => ApiError::invalid(e.body_text()),
-        }
+        })
     }
 }
 
 /// An error answer: the kind's status, and `{"error": {"code": …, "message": …}}`; 503s and
 /// 429s carry `Retry-After`.
-impl IntoResponse for ApiError {
+impl IntoResponse for HttpError {
     fn into_response(self) -> Response {
+        let HttpError(e) = self;
+        e.into_http()
+    }
+}
+
+/// [`HttpError`]'s answer.
+trait IntoHttp {
+    fn into_http(self) -> Response;
+}
+
+impl IntoHttp for ApiError {
+    fn into_http(self) -> Response {
         let status = self.http_status();
         let mut error = serde_json::json!({ "code": self.code(), "message": self.message() });
         if let Some(next) = self.next_offset() {
@@ -209,7 +224,7 @@ impl IntoResponse for ApiError {
     }
 }
 
-type ApiResult<T> = Result<T, ApiError>;
+type ApiResult<T> = Result<T, HttpError>;
 
 /// A JSON body whose rejections become [`ApiError`]s.
 struct Json<T>(T);
@@ -219,7 +234,7 @@ where
     axum::Json<T>: axum::extract::FromRequest<S, Rejection = JsonRejection>,
     S: Send + Sync,
 {
-    type Rejection = ApiError;
+    type Rejection = HttpError;
 
     async fn from_request(req: axum::extract::Request, state: &S) -> Result<Self, Self::Rejection> {
         let axum::Json(v) = axum::Json::<T>::from_request(req, state).await?;
@@ -235,12 +250,15 @@ where
     T: serde::de::DeserializeOwned + Send,
     S: Send + Sync,
 {
-    type Rejection = ApiError;
+    type Rejection = HttpError;
 
-    async fn from_request_parts(parts: &mut axum::http::request::Parts, state: &S) -> Result<Self, ApiError> {
+    async fn from_request_parts(
+        parts: &mut axum::http::request::Parts,
+        state: &S,
+    ) -> Result<Self, HttpError> {
         match axum::extract::Path::<T>::from_request_parts(parts, state).await {
             Ok(axum::extract::Path(v)) => Ok(Path(v)),
-            Err(e) => Err(ApiError::invalid(format!("path: {}", e.body_text()))),
+            Err(e) => Err(ApiError::invalid(format!("path: {}", e.body_text())).into()),
         }
     }
 }
@@ -253,12 +271,15 @@ where
     T: serde::de::DeserializeOwned,
     S: Send + Sync,
 {
-    type Rejection = ApiError;
+    type Rejection = HttpError;
 
-    async fn from_request_parts(parts: &mut axum::http::request::Parts, state: &S) -> Result<Self, ApiError> {
+    async fn from_request_parts(
+        parts: &mut axum::http::request::Parts,
+        state: &S,
+    ) -> Result<Self, HttpError> {
         match axum::extract::Query::<T>::from_request_parts(parts, state).await {
             Ok(axum::extract::Query(v)) => Ok(Query(v)),
-            Err(e) => Err(ApiError::invalid(format!("query: {}", e.body_text()))),
+            Err(e) => Err(ApiError::invalid(format!("query: {}", e.body_text())).into()),
         }
     }
 }
@@ -273,16 +294,7 @@ async fn readyz(State(s): State<AppState>) -> ApiResult<Response> {
 }
 
 async fn metrics(State(s): State<AppState>) -> Response {
-    let cache = s.stack.reader.as_ref().map(Reader::cache_stats);
-    let mut text = s.metrics.render(cache);
-    s.stack.object_ops.render(&mut text);
-    if let Some(writer) = &s.stack.writer {
-        crate::metrics::render_writer(&writer.stats(), &mut text);
-    }
-    if let Some(oxia) = &s.stack.oxia {
-        crate::metrics::render_oxia(&oxia.stats(), &mut text);
-    }
-    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text).into_response()
+    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], s.api.render_metrics()).into_response()
 }
 
 #[derive(Debug, Deserialize)]
@@ -432,7 +444,7 @@ async fn add_partitions(
 }
 
 /// Parses a partition path segment.
-fn partition(p: &str) -> ApiResult<usize> {
+fn partition(p: &str) -> Result<usize, ApiError> {
     p.parse().map_err(|_| ApiError::invalid(format!("partition {p:?} is not a non-negative integer")))
 }
 
@@ -516,16 +528,16 @@ async fn produce(
                     .map(|b| (Bytes::from(b), e.record_count))
                     .map_err(|err| ApiError::invalid(format!("entries[{i}].payload_base64: {err}")))
             })
-            .collect::<ApiResult<_>>()?;
+            .collect::<Result<_, ApiError>>()?;
         ProduceInput::Entries(entries)
     } else {
         ProduceInput::Entries(vec![(body, q.record_count.unwrap_or(1))])
     };
     // A batch answers 200 with one result per entry unless every entry failed, in which case
     // the first error decides (and a single entry answers with its own status).
-    let options = crate::api::ProduceOptions {
+    let options = lakestream_service::api::ProduceOptions {
         expect_next_offset: expect,
-        producer: crate::api::producer_of(producer_id.as_deref(), producer_sequence)?,
+        producer: lakestream_service::api::producer_of(producer_id.as_deref(), producer_sequence)?,
     };
     let answers: Vec<serde_json::Value> = s
         .api
@@ -547,7 +559,7 @@ async fn produce(
 }
 
 /// A field given in the query or the body, not both.
-fn one_of<T>(field: &str, query: Option<T>, body: Option<T>) -> ApiResult<Option<T>> {
+fn one_of<T>(field: &str, query: Option<T>, body: Option<T>) -> Result<Option<T>, ApiError> {
     match (query, body) {
         (Some(_), Some(_)) => {
             Err(ApiError::invalid(format!("{field}: give it in the query or the body, not both")))
@@ -609,7 +621,7 @@ pub const RAW_ENTRIES: &str = "application/vnd.lakestream.entries";
 /// timestamp in ms (i64), payload length (u32), all big-endian, then the payload bytes. The
 /// next offset and the trim marker are in the `lakestream-next-offset` and
 /// `lakestream-trim-marker` headers.
-fn raw_entries(batch: &lakestream_reader::ReadBatch) -> Response {
+fn raw_entries(batch: &lakestream_service::api::ReadBatch) -> Response {
     let body = Chunks::of_entries(&batch.entries);
     let mut response = (StatusCode::OK, axum::body::Body::new(body)).into_response();
     let headers = response.headers_mut();
@@ -756,7 +768,7 @@ struct CommitBody {
     metadata: String,
 }
 
-fn committed_json(c: &crate::groups::CommittedOffset) -> serde_json::Value {
+fn committed_json(c: &lakestream_service::groups::CommittedOffset) -> serde_json::Value {
     serde_json::json!({
         "stream": c.stream,
         "partition": c.partition,
@@ -773,7 +785,7 @@ async fn commit_offset(
     Json(body): Json<CommitBody>,
 ) -> ApiResult<Response> {
     let target = PartitionRef { namespace: &ns, stream: &stream, partition: partition(&p)? };
-    let commit = crate::groups::OffsetCommit {
+    let commit = lakestream_service::groups::OffsetCommit {
         offset: body.offset,
         generation: body.generation,
         metadata: body.metadata,

@@ -1,35 +1,23 @@
-//! Lakestream services: configuration, wiring, and the HTTP/JSON and gRPC APIs over one
-//! service layer ([`api`]).
+//! Lakestream's HTTP/JSON and gRPC transports over the service layer
+//! (`lakestream_service::Api`): each handler decodes its request, calls one operation, and
+//! encodes the answer or the error; the CloudEvents HTTP and gRPC bindings too.
 //!
-//! [`ServerConfig`] is read from one TOML file, environment variables and flags;
-//! [`Stack::open`] builds the metadata store, object stores and roles it names; [`serve_all`]
-//! runs the HTTP API (and the gRPC API when `grpc.addr` is set) until a shutdown signal,
-//! then closes the writer gracefully (pending appends are published and leases released).
+//! [`ServerConfig`] holds the listeners' settings (`[http]`, `[grpc]`, `[tls]`,
+//! `[listener]`); [`serve`] runs both APIs, and any other front end (the Kafka wire protocol
+//! of `lakestream-kafka`), over one [`Api`] until a shutdown signal, then drains and lets
+//! open requests finish; [`run`] does that for a [`Service`] and then shuts the service down.
 #![deny(missing_docs)]
 
-pub mod api;
-pub mod auth;
-mod compaction;
 pub mod config;
-pub mod deployment;
 pub mod events;
-pub mod groups;
 pub mod grpc;
 pub mod http;
-pub mod limits;
 pub mod listener;
-pub mod metrics;
-pub mod objects;
-pub mod producers;
-pub mod retention;
-pub mod stack;
-mod sweep;
-pub mod tables;
 
 use std::future::Future;
 
-pub use config::{ConfigError, ServerConfig};
-pub use stack::{Stack, StartError};
+pub use config::ServerConfig;
+use lakestream_service::{Api, Service};
 
 /// Where a running service listens.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -40,45 +28,38 @@ pub struct Listening {
     pub grpc: Option<std::net::SocketAddr>,
 }
 
-/// [`serve_all`], telling `on_listening` only the HTTP address.
-pub async fn serve(
-    config: &ServerConfig,
-    stack: Stack,
-    on_listening: impl FnOnce(std::net::SocketAddr),
-    shutdown: impl Future<Output = ()> + Send + 'static,
-) -> std::io::Result<()> {
-    serve_all(config, stack, |at| on_listening(at.http), shutdown).await
-}
-
 /// A future a front end runs until it has shut down.
 pub type FrontEndTask = std::pin::Pin<Box<dyn Future<Output = ()> + Send + 'static>>;
 
 /// A front end served beside the HTTP and gRPC APIs over the same service layer (the Kafka
-/// wire protocol of `lakestream-kafka`): given the [`api::Api`] and a future that resolves
-/// when the listeners should stop accepting, it returns the task that serves until then and
-/// lets open requests finish. It is started with the other listeners and awaited before the
-/// writer closes.
-pub type FrontEnd = Box<dyn FnOnce(api::Api, FrontEndTask) -> FrontEndTask + Send>;
+/// wire protocol of `lakestream-kafka`): given the [`Api`] and a future that resolves when
+/// the listeners should stop accepting, it returns the task that serves until then and lets
+/// open requests finish. It is started with the other listeners and awaited before the
+/// service shuts down.
+pub type FrontEnd = Box<dyn FnOnce(Api, FrontEndTask) -> FrontEndTask + Send>;
 
-/// [`serve_all_with`] with no other front end.
-pub async fn serve_all(
+/// Serves `service` with [`serve`], then shuts it down: background roles stop, and the writer
+/// publishes pending appends and releases its leases.
+pub async fn run(
     config: &ServerConfig,
-    stack: Stack,
+    service: Service,
+    front_ends: Vec<FrontEnd>,
     on_listening: impl FnOnce(Listening),
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    serve_all_with(config, stack, Vec::new(), on_listening, shutdown).await
+    let served = serve(config, service.api().clone(), front_ends, on_listening, shutdown).await;
+    service.shutdown().await;
+    served
 }
 
-/// Runs the HTTP API of `stack` on `config.http.addr`, and the gRPC API on `config.grpc.addr`
-/// when set, until `shutdown` resolves (or either listener fails), then shuts down
-/// gracefully: both stop accepting, in-flight requests finish, background tasks stop, and
-/// the writer publishes pending appends and releases its leases. `on_listening` is called
-/// with the bound addresses (useful with port 0). Each of `front_ends` is served alongside,
-/// over the same [`api::Api`] and metrics.
-pub async fn serve_all_with(
+/// Runs the HTTP API over `api` on `config.http.addr`, the gRPC API on `config.grpc.addr` when
+/// set, and each of `front_ends`, until `shutdown` resolves (or a listener fails); then
+/// drains: readiness fails at once, requests are served for `listener.drain_delay` more (load
+/// balancers take the instance out), the listeners stop accepting and in-flight requests
+/// finish. `on_listening` is called with the bound addresses (useful with port 0).
+pub async fn serve(
     config: &ServerConfig,
-    stack: Stack,
+    api: Api,
     front_ends: Vec<FrontEnd>,
     on_listening: impl FnOnce(Listening),
     shutdown: impl Future<Output = ()> + Send + 'static,
@@ -98,49 +79,8 @@ pub async fn serve_all_with(
         http: listener.local_addr()?,
         grpc: grpc_listener.as_ref().map(tokio::net::TcpListener::local_addr).transpose()?,
     });
-    // One set of metrics behind both APIs and the compactor role.
-    let metrics = std::sync::Arc::new(metrics::Metrics::default());
-    let (stop, stopped) = tokio::sync::watch::channel(false);
-    let compaction = stack.compactor.clone().map(|c| {
-        let schedule = config.compactor_schedule.clone();
-        tokio::spawn(compaction::run(stack.clone(), c, schedule, metrics.clone(), stopped))
-    });
-    // Streams as Iceberg tables: committed beside compaction, never in its way.
-    let tables = match (stack.compactor.clone(), stack.tables.clone()) {
-        (Some(c), Some(role)) => {
-            Some(tokio::spawn(tables::run(stack.clone(), c, role, metrics.clone(), stop.subscribe())))
-        }
-        _ => None,
-    };
-    let retention = (stack.writer.is_some() && !config.retention.interval.is_zero()).then(|| {
-        tokio::spawn(retention::run(
-            stack.clone(),
-            config.retention.interval,
-            metrics.clone(),
-            stop.subscribe(),
-        ))
-    });
-    // Idle producers' states are deleted periodically (a writer-role duty, like retention).
-    let producer_expiry = (stack.writer.is_some()
-        && !config.producers.idle_expiry.is_zero()
-        && !config.producers.sweep_interval.is_zero())
-    .then(|| {
-        tokio::spawn(producers::run_expiry(
-            stack.clone(),
-            config.producers.idle_expiry,
-            config.producers.sweep_interval,
-            metrics.clone(),
-            stop.subscribe(),
-        ))
-    });
-    // Expired CloudEvents deduplication records are deleted periodically.
-    let ledger_cleanup = tokio::spawn(events::run_cleanup(stack.clone(), stop.subscribe()));
-    // One service layer and one set of metrics behind both APIs.
-    let api = api::Api::new(stack.clone(), metrics, config.http.max_fetch_wait);
     let app = http::router(http::AppState::with_api(api.clone(), config.http.clone()));
     let tls = config.tls.acceptor().map_err(std::io::Error::other)?;
-    // A drain: readiness fails at once, requests are served for `listener.drain_delay` more
-    // (load balancers take the instance out), then the listeners close.
     let drain_delay = config.listener.drain_delay;
     let draining = api.clone();
     let shutdown = async move {
@@ -154,22 +94,6 @@ pub async fn serve_all_with(
     };
     let listeners = Listeners { http: listener, grpc: grpc_listener, front_ends };
     serve_listeners(listeners, app, api, config, tls, shutdown).await;
-    // Stop the compaction loop (a running pass is abandoned, safely) before closing the writer.
-    let _ = stop.send(true);
-    if let Some(task) = compaction {
-        let _ = task.await;
-    }
-    if let Some(task) = tables {
-        let _ = task.await;
-    }
-    let _ = ledger_cleanup.await;
-    if let Some(r) = retention {
-        let _ = r.await;
-    }
-    if let Some(task) = producer_expiry {
-        let _ = task.await;
-    }
-    stack.close().await;
     Ok(())
 }
 
@@ -185,7 +109,7 @@ struct Listeners {
 async fn serve_listeners(
     listeners: Listeners,
     app: axum::Router,
-    api: api::Api,
+    api: Api,
     config: &ServerConfig,
     tls: Option<tokio_rustls::TlsAcceptor>,
     shutdown: impl Future<Output = ()> + Send + 'static,

@@ -190,18 +190,7 @@ impl ListenerConfig {
     }
 }
 
-/// Counters and the open-connections gauge of one listener, for `/metrics`.
-#[derive(Debug, Default)]
-pub struct ConnectionStats {
-    /// Connections open now.
-    pub open: AtomicU64,
-    /// Connections refused because `max_connections` were open.
-    pub refused: AtomicU64,
-    /// Connections closed because no request was in flight for `idle_timeout`.
-    pub idle_closed: AtomicU64,
-    /// TLS handshakes that failed or did not finish within `tls_handshake_timeout`.
-    pub tls_handshake_failed: AtomicU64,
-}
+pub use lakestream_service::metrics::ConnectionStats;
 
 /// The peer of a connection, in every request's extensions (the rate limiter's client when
 /// no token names one).

@@ -17,7 +17,7 @@ async fn start(oxia: Option<&lakestream_meta_oxia::testkit::StandaloneOxia>) -> 
     let address = oxia.map(|o| o.address());
     support::start_with(move |config| {
         if let Some(address) = address {
-            config.apply_env(|var| (var == "LAKESTREAM_OXIA_ADDRESSES").then(|| address.clone())).unwrap();
+            config.service.metadata = lakestream_service::config::MetadataConfig::oxia(vec![address.clone()]);
         }
     })
     .await

@@ -17,7 +17,7 @@ use support::Running;
 use support::http_client::{Answer, call};
 
 async fn start() -> Running {
-    support::start_with(|config| config.roles.compactor = false).await
+    support::start_with(|config| config.service.roles.compactor = false).await
 }
 
 /// Request headers, values as raw bytes.

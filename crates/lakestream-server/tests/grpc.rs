@@ -3,9 +3,9 @@
 
 use std::time::Duration;
 
-use lakestream_server::ServerConfig;
 use lakestream_server::grpc::pb;
 use lakestream_server::grpc::pb::lakestream_client::LakestreamClient;
+use support::TestConfig;
 use tonic::transport::Channel;
 use tonic::{Code, Request, Status};
 
@@ -26,10 +26,10 @@ async fn start() -> Running {
 }
 
 /// A dev stack with the tests' small limits and whatever `configure` changes.
-async fn start_with(configure: impl FnOnce(&mut ServerConfig)) -> Running {
+async fn start_with(configure: impl FnOnce(&mut TestConfig)) -> Running {
     support::start_with(|config| {
-        config.grpc.max_message_bytes = 64 * 1024;
-        config.writer.max_entry_bytes = 32 * 1024;
+        config.server.grpc.max_message_bytes = 64 * 1024;
+        config.service.writer.max_entry_bytes = 32 * 1024;
         configure(config);
     })
     .await
@@ -389,7 +389,7 @@ async fn request_ids_are_honoured_or_made_and_calls_are_counted() {
 #[tokio::test]
 async fn tokens_guard_grpc_like_http_and_refused_calls_write_nothing() {
     let s = start_with(|config| {
-        config.auth = toml::from_str(
+        config.service.auth = toml::from_str(
             r#"
             [[tokens]]
             name = "ops"
@@ -482,7 +482,7 @@ async fn http_and_grpc_serve_the_same_data() {
 
 #[tokio::test]
 async fn grpc_is_not_served_unless_configured() {
-    let s = start_with(|config| config.grpc.addr = None).await;
+    let s = start_with(|config| config.server.grpc.addr = None).await;
     assert_eq!(s.at.grpc, None);
     assert!(get_ok(&s.at.http.to_string(), "/healthz").await.contains("ok"));
     s.stop().await;

@@ -10,7 +10,7 @@ use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use lakestream_objstore_s3::S3Config;
-use lakestream_server::config::ObjectStoreConfig;
+use lakestream_service::config::ObjectStoreConfig;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 
@@ -81,7 +81,7 @@ async fn readyz_checks_the_metadata_store_and_both_object_stores() {
     // store is not contacted at start), and readiness names the store that does not answer.
     let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
     let s = support::start_with(|c| {
-        c.storage.compacted = ObjectStoreConfig::S3(Box::new(S3Config {
+        c.service.storage.compacted = ObjectStoreConfig::S3(Box::new(S3Config {
             bucket: "lakestream".into(),
             endpoint: Some(format!("http://127.0.0.1:{port}")),
             force_path_style: true,
@@ -103,7 +103,7 @@ async fn readyz_checks_the_metadata_store_and_both_object_stores() {
 
 #[tokio::test]
 async fn readyz_answers_503_from_the_moment_a_drain_starts_while_requests_are_still_served() {
-    let s = support::start_with(|c| c.listener.drain_delay = Duration::from_secs(2)).await;
+    let s = support::start_with(|c| c.server.listener.drain_delay = Duration::from_secs(2)).await;
     let http = s.at.http;
     assert_eq!(get(http, "/readyz").await.0, 200);
     // A connection opened before the drain, to show it keeps being served during it.
@@ -132,8 +132,8 @@ async fn readyz_answers_503_from_the_moment_a_drain_starts_while_requests_are_st
 #[tokio::test]
 async fn a_slowloris_client_is_cut_off_and_other_clients_are_served_meanwhile() {
     let s = support::start_with(|c| {
-        c.listener.header_read_timeout = Duration::from_millis(500);
-        c.listener.idle_timeout = Duration::from_secs(30);
+        c.server.listener.header_read_timeout = Duration::from_millis(500);
+        c.server.listener.idle_timeout = Duration::from_secs(30);
     })
     .await;
     let http = s.at.http;
@@ -165,7 +165,7 @@ async fn a_slowloris_client_is_cut_off_and_other_clients_are_served_meanwhile() 
 
 #[tokio::test]
 async fn connections_without_a_request_in_flight_are_closed_after_the_idle_timeout() {
-    let s = support::start_with(|c| c.listener.idle_timeout = Duration::from_millis(400)).await;
+    let s = support::start_with(|c| c.server.listener.idle_timeout = Duration::from_millis(400)).await;
     // Over either listener, a connection that never sends a byte (here the protocol is not
     // even known yet) and one idle after a request are both closed.
     for addr in [s.at.http, s.at.grpc.unwrap()] {
@@ -204,7 +204,7 @@ async fn connections_without_a_request_in_flight_are_closed_after_the_idle_timeo
 
 #[tokio::test]
 async fn the_connection_cap_refuses_with_a_clear_error_and_open_connections_keep_being_served() {
-    let s = support::start_with(|c| c.listener.max_connections = 2).await;
+    let s = support::start_with(|c| c.server.listener.max_connections = 2).await;
     let http = s.at.http;
     let mut first = TcpStream::connect(http).await.unwrap();
     let mut second = TcpStream::connect(http).await.unwrap();
@@ -252,7 +252,7 @@ async fn the_connection_cap_refuses_with_a_clear_error_and_open_connections_keep
 
 #[tokio::test]
 async fn http2_advertises_the_configured_stream_limit() {
-    let s = support::start_with(|c| c.listener.http2_max_concurrent_streams = 7).await;
+    let s = support::start_with(|c| c.server.listener.http2_max_concurrent_streams = 7).await;
     for addr in [s.at.grpc.unwrap(), s.at.http] {
         let tcp = TcpStream::connect(addr).await.unwrap();
         let (_send, mut connection) = h2::client::handshake(tcp).await.unwrap();
@@ -280,10 +280,10 @@ async fn http2_advertises_the_configured_stream_limit() {
 #[tokio::test]
 async fn a_tls_handshake_that_does_not_finish_is_cut_off() {
     let s = support::start_with(|c| {
-        c.tls.cert_file = Some(format!("{FIXTURES}/cert.pem").into());
-        c.tls.key_file = Some(format!("{FIXTURES}/key.pem").into());
-        c.listener.tls_handshake_timeout = Duration::from_millis(300);
-        c.listener.idle_timeout = Duration::from_secs(30);
+        c.server.tls.cert_file = Some(format!("{FIXTURES}/cert.pem").into());
+        c.server.tls.key_file = Some(format!("{FIXTURES}/key.pem").into());
+        c.server.listener.tls_handshake_timeout = Duration::from_millis(300);
+        c.server.listener.idle_timeout = Duration::from_secs(30);
     })
     .await;
     let mut stalled = TcpStream::connect(s.at.http).await.unwrap();

@@ -6,8 +6,9 @@ use std::time::Duration;
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD as BASE64;
 use http::StatusCode;
-use lakestream_server::{ServerConfig, Stack};
+use lakestream_service::Stack;
 use serde_json::{Value, json};
+use support::TestConfig;
 
 mod support;
 
@@ -19,11 +20,11 @@ async fn start() -> Running {
 }
 
 /// A dev stack with the tests' small limits and whatever `configure` changes.
-async fn start_with(configure: impl FnOnce(&mut ServerConfig)) -> Running {
+async fn start_with(configure: impl FnOnce(&mut TestConfig)) -> Running {
     support::start_with(|config| {
-        config.http.max_body_bytes = 64 * 1024;
-        config.writer.max_entry_bytes = 32 * 1024;
-        config.writer.max_in_flight_bytes = 1 << 20;
+        config.server.http.max_body_bytes = 64 * 1024;
+        config.service.writer.max_entry_bytes = 32 * 1024;
+        config.service.writer.max_in_flight_bytes = 1 << 20;
         configure(config);
     })
     .await
@@ -214,10 +215,10 @@ async fn stop(s: Running) {
 #[tokio::test]
 async fn acknowledged_entries_survive_a_restart() {
     let dir = tempfile::tempdir().unwrap();
-    let mut config = ServerConfig::dev(dir.path(), "127.0.0.1:0".parse().unwrap());
-    config.writer.flush_window = Duration::from_millis(2);
+    let mut config = TestConfig::dev(dir.path());
+    config.service.writer.flush_window = Duration::from_millis(2);
     {
-        let stack = Stack::open(&config).await.unwrap();
+        let stack = Stack::open(&config.service).await.unwrap();
         let stream = stack.catalog.create_stream("default", "durable", 1, Default::default()).await.unwrap();
         let w = stack.writer.clone().unwrap();
         for i in 0..5u8 {
@@ -225,7 +226,7 @@ async fn acknowledged_entries_survive_a_restart() {
         }
         stack.close().await;
     }
-    let stack = Stack::open(&config).await.unwrap();
+    let stack = Stack::open(&config.service).await.unwrap();
     let stream = stack.catalog.get_stream("default", "durable").await.unwrap();
     let batch = stack
         .reader
@@ -242,11 +243,12 @@ async fn acknowledged_entries_survive_a_restart() {
 #[tokio::test]
 async fn the_compactor_role_compacts_in_the_background_and_reads_stay_identical() {
     let dir = tempfile::tempdir().unwrap();
-    let mut config = ServerConfig::dev(dir.path(), "127.0.0.1:0".parse().unwrap());
-    config.writer.flush_window = Duration::from_millis(2);
-    config.compactor.max_range_age = Duration::from_millis(200);
-    config.compactor_schedule.interval = Duration::from_millis(100);
-    let stack = Stack::open(&config).await.unwrap();
+    let mut config = TestConfig::dev(dir.path());
+    config.service.writer.flush_window = Duration::from_millis(2);
+    config.service.compactor.max_range_age = Duration::from_millis(200);
+    config.service.compactor_schedule.interval = Duration::from_millis(100);
+    let service = lakestream_service::Service::start(&config.service).await.unwrap();
+    let stack = service.api().stack().clone();
     let stream = stack.catalog.create_stream("default", "compacted", 1, Default::default()).await.unwrap();
     let log = stream.log_ref(0).unwrap();
     let w = stack.writer.clone().unwrap();
@@ -257,18 +259,15 @@ async fn the_compactor_role_compacts_in_the_background_and_reads_stay_identical(
     let before = reader.read(&log, 0, 1 << 20, Duration::ZERO).await.unwrap().entries;
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
     let (addr_tx, addr_rx) = tokio::sync::oneshot::channel();
-    let serving = {
-        let stack = stack.clone();
-        tokio::spawn(async move {
-            let on_listening = move |addr| {
-                let _ = addr_tx.send(addr);
-            };
-            lakestream_server::serve(&config, stack, on_listening, async move {
-                let _ = stop_rx.await;
-            })
-            .await
+    let serving = tokio::spawn(async move {
+        let on_listening = move |at: lakestream_server::Listening| {
+            let _ = addr_tx.send(at.http);
+        };
+        lakestream_server::run(&config.server, service, Vec::new(), on_listening, async move {
+            let _ = stop_rx.await;
         })
-    };
+        .await
+    });
     let base = format!("http://{}", addr_rx.await.unwrap());
     // Wait (bounded) until the log's records are PARQUET records.
     let p = lakestream_format::keys::partition(log.log_id);
@@ -361,7 +360,7 @@ async fn kafka_record_batches_are_validated_and_counted_by_the_binding() {
 #[tokio::test]
 async fn bearer_tokens_guard_every_namespace_and_refused_requests_write_nothing() {
     let s = start_with(|config| {
-        config.auth = toml::from_str(
+        config.service.auth = toml::from_str(
             r#"
             [[tokens]]
             name = "ops"
@@ -442,9 +441,9 @@ async fn bearer_tokens_guard_every_namespace_and_refused_requests_write_nothing(
 async fn a_process_without_the_catalog_role_refuses_catalog_changes_but_resolves_streams() {
     // `lakestream writer` serves only the writer role: streams are created elsewhere.
     let s = start_with(|c| {
-        c.roles.catalog = false;
-        c.roles.reader = false;
-        c.roles.compactor = false;
+        c.service.roles.catalog = false;
+        c.service.roles.reader = false;
+        c.service.roles.compactor = false;
     })
     .await;
     let b = &s.base;

@@ -15,9 +15,9 @@ use support::http_client::{get_ok, json_call};
 
 async fn start() -> Running {
     support::start_with(|config| {
-        config.retention.interval = Duration::from_millis(50);
-        config.compactor_schedule.interval = Duration::from_millis(100);
-        config.compactor.max_range_age = Duration::from_millis(100);
+        config.service.retention.interval = Duration::from_millis(50);
+        config.service.compactor_schedule.interval = Duration::from_millis(100);
+        config.service.compactor.max_range_age = Duration::from_millis(100);
     })
     .await
 }
@@ -65,9 +65,9 @@ async fn retention_by_bytes_soft_trims_then_the_compactor_hard_trims() {
     // one record before the retention pass ran would leave nothing to trim at offset 5, so
     // the range only becomes due for compaction well after the 50 ms retention passes.
     let s = support::start_with(|config| {
-        config.retention.interval = Duration::from_millis(50);
-        config.compactor_schedule.interval = Duration::from_millis(100);
-        config.compactor.max_range_age = Duration::from_secs(3);
+        config.service.retention.interval = Duration::from_millis(50);
+        config.service.compactor_schedule.interval = Duration::from_millis(100);
+        config.service.compactor.max_range_age = Duration::from_secs(3);
     })
     .await;
     let (status, v) = json_call(
@@ -131,8 +131,8 @@ fn counter(text: &str, name: &str) -> u64 {
 #[tokio::test]
 async fn idle_producer_states_are_swept_in_the_background() {
     let s = support::start_with(|config| {
-        config.producers.idle_expiry = Duration::from_millis(300);
-        config.producers.sweep_interval = Duration::from_millis(50);
+        config.service.producers.idle_expiry = Duration::from_millis(300);
+        config.service.producers.sweep_interval = Duration::from_millis(50);
     })
     .await;
     let (status, v) =

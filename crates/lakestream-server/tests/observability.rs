@@ -146,7 +146,7 @@ async fn oxia_requests_are_exposed_by_kind() {
     let oxia = lakestream_meta_oxia::testkit::StandaloneOxia::start(4, &[]).await;
     let address = oxia.address();
     let s = support::start_with(|config| {
-        config.apply_env(|var| (var == "LAKESTREAM_OXIA_ADDRESSES").then(|| address.clone())).unwrap();
+        config.service.metadata = lakestream_service::config::MetadataConfig::oxia(vec![address.clone()]);
     })
     .await;
     let metrics = scrape(s.at.http).await;

@@ -20,7 +20,7 @@ async fn start(oxia: Option<&lakestream_meta_oxia::testkit::StandaloneOxia>) -> 
     let address = oxia.map(|o| o.address());
     support::start_with(move |config| {
         if let Some(address) = address {
-            config.apply_env(|var| (var == "LAKESTREAM_OXIA_ADDRESSES").then(|| address.clone())).unwrap();
+            config.service.metadata = lakestream_service::config::MetadataConfig::oxia(vec![address.clone()]);
         }
     })
     .await
@@ -360,7 +360,7 @@ async fn conditional_and_idempotent_appends_on_oxia() {
 /// resolved from the index: a retry after the server restarted appends it exactly once.
 #[tokio::test]
 async fn a_pending_request_without_an_index_put_is_appended_once_on_retry() {
-    use lakestream_server::producers::{ProducerId, ProducerState, StateRecord, pending};
+    use lakestream_service::producers::{ProducerId, ProducerState, StateRecord, pending};
     let s = start(None).await;
     let p = create_stream(&s, "pending").await;
     let (status, body) = json_call(
@@ -378,7 +378,7 @@ async fn a_pending_request_without_an_index_put_is_appended_once_on_retry() {
     assert_eq!(state.next_sequence, 1);
     let mut stuck: ProducerState = pending(&state, 1, 1, 1);
     if let Some(last) = stuck.last.as_mut()
-        && let lakestream_server::producers::RequestState::Pending { object, .. } = &mut last.state
+        && let lakestream_service::producers::RequestState::Pending { object, .. } = &mut last.state
     {
         *object = Some("never-published".into());
     }
@@ -418,7 +418,7 @@ async fn a_pending_request_without_an_index_put_is_appended_once_on_retry() {
     let (current, current_version) = record.read().await.unwrap();
     let mut committed_but_pending = pending(&ProducerState { next_sequence: 2, ..current }, 2, 1, 2);
     if let Some(last) = committed_but_pending.last.as_mut()
-        && let lakestream_server::producers::RequestState::Pending { object: slot, .. } = &mut last.state
+        && let lakestream_service::producers::RequestState::Pending { object: slot, .. } = &mut last.state
     {
         *slot = Some(object);
     }
@@ -440,7 +440,7 @@ async fn a_pending_request_without_an_index_put_is_appended_once_on_retry() {
 /// wrote for the expiry (paging past 1,000 of them), keeps those of other partitions, and a
 /// producer that comes back starts again at sequence 0.
 async fn idle_producer_states_expire(s: &Running) {
-    use lakestream_server::producers::{ProducerId, ProducerState, StateRecord, expire_idle};
+    use lakestream_service::producers::{ProducerId, ProducerState, StateRecord, expire_idle};
     const DAY_MS: i64 = 24 * 3600 * 1000;
     let p = create_stream(s, "expiry").await;
     let other = create_stream(s, "expiry-other").await;

@@ -3,9 +3,9 @@
 
 use std::sync::Arc;
 
-use lakestream_server::ServerConfig;
 use lakestream_server::grpc::pb;
 use lakestream_server::grpc::pb::lakestream_client::LakestreamClient;
+use support::TestConfig;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tonic::transport::{Certificate, Channel, ClientTlsConfig};
 
@@ -15,9 +15,9 @@ mod support;
 
 use support::start_with;
 
-fn with_tls(config: &mut ServerConfig) {
-    config.tls.cert_file = Some(format!("{FIXTURES}/cert.pem").into());
-    config.tls.key_file = Some(format!("{FIXTURES}/key.pem").into());
+fn with_tls(config: &mut TestConfig) {
+    config.server.tls.cert_file = Some(format!("{FIXTURES}/cert.pem").into());
+    config.server.tls.key_file = Some(format!("{FIXTURES}/key.pem").into());
 }
 
 /// One HTTP/1.1 exchange on `io`: status, headers (lower-cased names) and body.
@@ -151,16 +151,16 @@ async fn both_apis_serve_tls_with_the_configured_certificate() {
 #[tokio::test]
 async fn bad_tls_settings_are_refused_at_start_naming_the_key() {
     let dir = tempfile::tempdir().unwrap();
-    let mut config = ServerConfig::dev(dir.path(), "127.0.0.1:0".parse().unwrap());
-    config.tls.cert_file = Some(format!("{FIXTURES}/cert.pem").into());
-    let err = config.validate().unwrap_err().to_string();
+    let mut config = TestConfig::dev(dir.path());
+    config.server.tls.cert_file = Some(format!("{FIXTURES}/cert.pem").into());
+    let err = config.server.validate().unwrap_err().to_string();
     assert!(err.contains("tls.key_file"), "{err}");
-    config.tls.key_file = Some(dir.path().join("missing.pem"));
-    let err = config.validate().unwrap_err().to_string();
+    config.server.tls.key_file = Some(dir.path().join("missing.pem"));
+    let err = config.server.validate().unwrap_err().to_string();
     assert!(err.contains("tls.key_file") && err.contains("missing.pem"), "{err}");
     // A key that is not a key.
-    config.tls.key_file = Some(format!("{FIXTURES}/cert.pem").into());
-    let err = config.validate().unwrap_err().to_string();
+    config.server.tls.key_file = Some(format!("{FIXTURES}/cert.pem").into());
+    let err = config.server.validate().unwrap_err().to_string();
     assert!(err.contains("tls.key_file"), "{err}");
 }
 
@@ -168,8 +168,8 @@ async fn bad_tls_settings_are_refused_at_start_naming_the_key() {
 async fn a_client_over_its_rate_limit_gets_429_and_nothing_is_written() {
     let s = start_with(|c| {
         // One request per minute after a burst of three: the test never waits for a refill.
-        c.limits.requests_per_second = 1.0 / 60.0;
-        c.limits.burst = Some(3);
+        c.service.limits.requests_per_second = 1.0 / 60.0;
+        c.service.limits.burst = Some(3);
     })
     .await;
     let produce = "/v1/namespaces/default/streams/limited/partitions/0/entries";
@@ -240,15 +240,15 @@ const OPS_TOKEN: &str = "ops-token-0123456789";
 const VICTIM_SECRET: &[u8] = b"victim-secret-payload";
 
 /// Tokens: `ops` (admin everywhere) and `team` (write on `GRANTED_PCT` and `GRANTED_ODD` only).
-fn with_namespace_tokens(config: &mut ServerConfig) {
-    use lakestream_server::auth::{AuthConfig, Permission, TokenConfig};
+fn with_namespace_tokens(config: &mut TestConfig) {
+    use lakestream_service::auth::{AuthConfig, Permission, TokenConfig};
     let token = |name: &str, secret: &str, grants: &[(&str, Permission)]| TokenConfig {
         name: name.into(),
         token: Some(secret.into()),
         token_env: None,
         namespaces: grants.iter().map(|(ns, p)| ((*ns).to_owned(), *p)).collect(),
     };
-    config.auth = AuthConfig {
+    config.service.auth = AuthConfig {
         tokens: vec![
             token("ops", OPS_TOKEN, &[("*", Permission::Admin)]),
             token("team", TEAM_TOKEN, &[(GRANTED_PCT, Permission::Write), (GRANTED_ODD, Permission::Write)]),

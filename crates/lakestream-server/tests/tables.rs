@@ -10,8 +10,9 @@ use std::time::Duration;
 
 use http::StatusCode;
 use lakestream_iceberg::StreamRef;
-use lakestream_server::{ServerConfig, Stack};
+use lakestream_service::Stack;
 use serde_json::{Value, json};
+use support::TestConfig;
 
 mod support;
 
@@ -19,10 +20,12 @@ use support::{Running, call};
 
 async fn start(data: &mut Option<PathBuf>) -> Running {
     support::start_with(|config| {
-        config.compactor_schedule.interval = Duration::from_millis(100);
-        config.compactor.max_range_age = Duration::from_millis(100);
-        config.tables.interval = Duration::from_millis(200);
-        if let lakestream_server::config::ObjectStoreConfig::Local { dir, .. } = &config.storage.compacted {
+        config.service.compactor_schedule.interval = Duration::from_millis(100);
+        config.service.compactor.max_range_age = Duration::from_millis(100);
+        config.service.tables.interval = Duration::from_millis(200);
+        if let lakestream_service::config::ObjectStoreConfig::Local { dir, .. } =
+            &config.service.storage.compacted
+        {
             *data = Some(dir.join("compacted"));
         }
     })
@@ -155,14 +158,16 @@ async fn a_failing_commit_is_counted_and_retried_while_compaction_goes_on() {
 async fn trims_expiry_and_drops_reach_the_table() {
     let mut data = None;
     let s = support::start_with(|config| {
-        config.compactor_schedule.interval = Duration::from_millis(100);
-        config.compactor.max_range_age = Duration::from_millis(100);
-        config.tables.interval = Duration::from_millis(200);
-        config.tables.maintenance_interval = Duration::from_millis(200);
-        config.tables.snapshot_max_age = Duration::ZERO;
-        config.tables.min_snapshots = 1;
-        config.tables.orphan_grace = Duration::ZERO;
-        if let lakestream_server::config::ObjectStoreConfig::Local { dir, .. } = &config.storage.compacted {
+        config.service.compactor_schedule.interval = Duration::from_millis(100);
+        config.service.compactor.max_range_age = Duration::from_millis(100);
+        config.service.tables.interval = Duration::from_millis(200);
+        config.service.tables.maintenance_interval = Duration::from_millis(200);
+        config.service.tables.snapshot_max_age = Duration::ZERO;
+        config.service.tables.min_snapshots = 1;
+        config.service.tables.orphan_grace = Duration::ZERO;
+        if let lakestream_service::config::ObjectStoreConfig::Local { dir, .. } =
+            &config.service.storage.compacted
+        {
             data = Some(dir.join("compacted"));
         }
     })
@@ -257,29 +262,30 @@ async fn a_bad_table_property_is_refused_naming_it() {
 #[tokio::test(flavor = "multi_thread")]
 async fn bad_table_settings_stop_the_start_naming_the_key() {
     // A fresh directory per start: a failed start may hold the metadata file a moment longer.
-    let open = |f: fn(&mut ServerConfig, &std::path::Path)| async move {
+    let open = |f: fn(&mut TestConfig, &std::path::Path)| async move {
         let dir = tempfile::tempdir().unwrap();
-        let mut config = ServerConfig::dev(dir.path(), "127.0.0.1:0".parse().unwrap());
+        let mut config = TestConfig::dev(dir.path());
         f(&mut config, dir.path());
-        Stack::open(&config).await.map(|_| ()).unwrap_err().to_string()
+        Stack::open(&config.service).await.map(|_| ()).unwrap_err().to_string()
     };
-    let err = open(|c, _| c.tables.catalog = "hive".into()).await;
+    let err = open(|c, _| c.service.tables.catalog = "hive".into()).await;
     assert!(err.contains("tables.catalog") && err.contains("hive"), "{err}");
     let err =
-        open(|c, d| c.tables.uri = Some(format!("sqlite://{}/no/such/dir/catalog.db", d.display()))).await;
+        open(|c, d| c.service.tables.uri = Some(format!("sqlite://{}/no/such/dir/catalog.db", d.display())))
+            .await;
     assert!(err.contains("tables.uri"), "{err}");
     let err = open(|c, _| {
-        c.tables.uri = None;
-        c.tables.table = "iceberg".into();
+        c.service.tables.uri = None;
+        c.service.tables.table = "iceberg".into();
     })
     .await;
     assert!(err.contains("tables.uri"), "{err}");
-    let err = open(|c, _| c.tables.table = "delta".into()).await;
+    let err = open(|c, _| c.service.tables.table = "delta".into()).await;
     assert!(err.contains("tables.table"), "{err}");
     // A process without the compactor role does not connect the catalog.
     let dir = tempfile::tempdir().unwrap();
-    let mut config = ServerConfig::dev(dir.path(), "127.0.0.1:0".parse().unwrap());
-    config.roles.compactor = false;
-    config.tables.uri = Some(format!("sqlite://{}/no/such/dir/catalog.db", dir.path().display()));
-    assert!(Stack::open(&config).await.unwrap().tables.is_none());
+    let mut config = TestConfig::dev(dir.path());
+    config.service.roles.compactor = false;
+    config.service.tables.uri = Some(format!("sqlite://{}/no/such/dir/catalog.db", dir.path().display()));
+    assert!(Stack::open(&config.service).await.unwrap().tables.is_none());
 }

@@ -9,13 +9,14 @@ use bytes::{BufMut, Bytes, BytesMut};
 use kafka_protocol::messages::*;
 use kafka_protocol::protocol::{Decodable, Encodable, HeaderVersion, Request, StrBytes};
 use kafka_protocol::records::{Compression, Record, RecordBatchEncoder, RecordEncodeOptions, TimestampType};
+use lakestream_kafka::KafkaConfig;
 use lakestream_kafka::KafkaFrontEnd;
 use lakestream_meta::lease::SeededTokens;
 use lakestream_objstore_s3::S3Config;
-use lakestream_server::api::Api;
-use lakestream_server::config::{KafkaConfig, MetadataConfig, ObjectStoreConfig};
-use lakestream_server::metrics::Metrics;
-use lakestream_server::{ServerConfig, Stack};
+use lakestream_service::api::Api;
+use lakestream_service::config::{MetadataConfig, ObjectStoreConfig};
+use lakestream_service::metrics::Metrics;
+use lakestream_service::{ServiceConfig, Stack};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
@@ -59,8 +60,8 @@ impl Running {
 }
 
 /// A stack on the embedded metadata store in `dir` and the S3 server under the prefix `run`.
-pub fn stack_config(dir: &std::path::Path, run: &str) -> ServerConfig {
-    let mut config = ServerConfig::dev(dir, "127.0.0.1:0".parse().unwrap());
+pub fn stack_config(dir: &std::path::Path, run: &str) -> ServiceConfig {
+    let mut config = ServiceConfig::dev(dir);
     config.metadata = MetadataConfig::Embedded { path: dir.join("metadata.redb") };
     config.storage.wal = ObjectStoreConfig::S3(Box::new(s3_config(&format!("{run}/wal"))));
     config.storage.compacted = ObjectStoreConfig::S3(Box::new(s3_config(&format!("{run}/compacted"))));
@@ -82,7 +83,7 @@ pub async fn start() -> Running {
 
 /// A front end of broker id `node_id` (without automatic topic creation) over a stack opened
 /// from `config`; `dir` lives as long as it runs.
-pub async fn start_with(config: &ServerConfig, node_id: i32, dir: tempfile::TempDir) -> Running {
+pub async fn start_with(config: &ServiceConfig, node_id: i32, dir: tempfile::TempDir) -> Running {
     let stack = Stack::open(config).await.unwrap();
     let api = Api::new(stack.clone(), Arc::new(Metrics::default()), Duration::from_secs(30));
     let kafka = KafkaConfig {

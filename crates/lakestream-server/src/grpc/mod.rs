@@ -1,5 +1,5 @@
 //! The gRPC API, `lakestream.v1.Lakestream` (`proto/lakestream/v1/lakestream.proto`): the
-//! same operations as the HTTP/JSON API, each a thin adapter over [`crate::api::Api`], so
+//! same operations as the HTTP/JSON API, each a thin adapter over [`lakestream_service::api::Api`], so
 //! the rules, limits, permissions and metrics are the HTTP API's.
 //!
 //! Every call:
@@ -7,7 +7,7 @@
 //!   which every response, success or failure, echoes;
 //! - is checked against the bearer token in its `authorization` metadata when tokens are
 //!   configured, with the HTTP API's per-namespace permissions, before anything runs;
-//! - fails with the code [`crate::api::ErrorKind::grpc_code`] gives, the message naming what
+//! - fails with the code [`lakestream_service::api::ErrorKind::grpc_code`] gives, the message naming what
 //!   was wrong, `lakestream-error-code` metadata holding the stable code, and `retry-after`
 //!   (seconds) on retryable `UNAVAILABLE`s;
 //! - is counted in `lakestream_grpc_requests_total{method, code}` (the method's name, or
@@ -28,10 +28,12 @@ use tonic::metadata::{MetadataMap, MetadataValue};
 use tonic::{Request, Response, Status};
 use tracing::Instrument as _;
 
-use crate::api::{Api, ApiError, ApiResult, ErrorKind, FetchParams, PartitionRef, ProduceInput, REQUEST_ID};
-use crate::auth::Permission;
 use crate::config::GrpcConfig;
-use crate::metrics::Metrics;
+use lakestream_service::api::{
+    Api, ApiError, ApiResult, ErrorKind, FetchParams, PartitionRef, ProduceInput, REQUEST_ID,
+};
+use lakestream_service::auth::Permission;
+use lakestream_service::metrics::Metrics;
 
 pub mod codec;
 
@@ -100,7 +102,9 @@ impl GrpcService {
         Fut: Future<Output = ApiResult<R>>,
     {
         // The edge layer has already put an id into the metadata; this only reads it.
-        let id = crate::api::request_id(request.metadata().get(REQUEST_ID).and_then(|v| v.to_str().ok()));
+        let id = lakestream_service::api::request_id(
+            request.metadata().get(REQUEST_ID).and_then(|v| v.to_str().ok()),
+        );
         let span = tracing::info_span!("grpc", id = %id, method);
         let authorization =
             request.metadata().get("authorization").and_then(|v| v.to_str().ok()).map(str::to_owned);
@@ -143,7 +147,9 @@ pub fn status_of(e: &ApiError) -> Status {
 pub const APPEND_SESSION_PIPELINE: usize = 64;
 
 /// A produce request's input and conditions.
-fn produce_parts(r: &pb::ProduceRequest) -> ApiResult<(ProduceInput, crate::api::ProduceOptions)> {
+fn produce_parts(
+    r: &pb::ProduceRequest,
+) -> ApiResult<(ProduceInput, lakestream_service::api::ProduceOptions)> {
     let input = if r.kafka_batches {
         match &r.entries[..] {
             [e] => ProduceInput::KafkaBatches { payload: e.payload.clone(), record_count: e.record_count },
@@ -158,14 +164,14 @@ fn produce_parts(r: &pb::ProduceRequest) -> ApiResult<(ProduceInput, crate::api:
             r.entries.iter().map(|e| (e.payload.clone(), e.record_count.unwrap_or(1))).collect(),
         )
     };
-    let options = crate::api::ProduceOptions {
+    let options = lakestream_service::api::ProduceOptions {
         expect_next_offset: r.expected_next_offset,
-        producer: crate::api::producer_of(Some(&r.producer_id), r.producer_sequence)?,
+        producer: lakestream_service::api::producer_of(Some(&r.producer_id), r.producer_sequence)?,
     };
     Ok((input, options))
 }
 
-fn produce_response_of(outcomes: &[crate::api::EntryOutcome]) -> pb::ProduceResponse {
+fn produce_response_of(outcomes: &[lakestream_service::api::EntryOutcome]) -> pb::ProduceResponse {
     use pb::produce_result::Result as Outcome;
     let results = outcomes
         .iter()
@@ -183,7 +189,7 @@ fn produce_response_of(outcomes: &[crate::api::EntryOutcome]) -> pb::ProduceResp
     pb::ProduceResponse { results }
 }
 
-fn fetch_response_of(batch: lakestream_reader::ReadBatch) -> pb::FetchResponse {
+fn fetch_response_of(batch: lakestream_service::api::ReadBatch) -> pb::FetchResponse {
     pb::FetchResponse {
         entries: batch
             .entries
@@ -200,7 +206,7 @@ fn fetch_response_of(batch: lakestream_reader::ReadBatch) -> pb::FetchResponse {
     }
 }
 
-fn committed_of(c: crate::groups::CommittedOffset) -> pb::CommittedOffset {
+fn committed_of(c: lakestream_service::groups::CommittedOffset) -> pb::CommittedOffset {
     pb::CommittedOffset {
         stream: c.stream,
         partition: u32::try_from(c.partition).unwrap_or(u32::MAX),
@@ -211,7 +217,7 @@ fn committed_of(c: crate::groups::CommittedOffset) -> pb::CommittedOffset {
     }
 }
 
-fn stream_of(s: lakestream_catalog::Stream) -> pb::Stream {
+fn stream_of(s: lakestream_service::api::Stream) -> pb::Stream {
     pb::Stream {
         partitions: u32::try_from(s.partition_count()).unwrap_or(u32::MAX),
         log_ids: s.logs.iter().map(|l| l.0).collect(),
@@ -222,11 +228,11 @@ fn stream_of(s: lakestream_catalog::Stream) -> pb::Stream {
     }
 }
 
-fn namespace_of(n: lakestream_catalog::Namespace) -> pb::Namespace {
+fn namespace_of(n: lakestream_service::api::Namespace) -> pb::Namespace {
     pb::Namespace { name: n.name, properties: n.properties.into_iter().collect(), created_ms: n.created_ms }
 }
 
-fn appended(ack: &lakestream_writer::AppendAck) -> pb::Appended {
+fn appended(ack: &lakestream_service::api::AppendAck) -> pb::Appended {
     pb::Appended { offset: ack.offset, record_count: ack.record_count, timestamp_ms: ack.timestamp_ms }
 }
 
@@ -519,7 +525,7 @@ impl Lakestream for GrpcService {
                     stream: &r.stream,
                     partition: r.partition as usize,
                 };
-                let commit = crate::groups::OffsetCommit {
+                let commit = lakestream_service::groups::OffsetCommit {
                     offset: r.offset,
                     generation: r.generation,
                     metadata: r.metadata,
@@ -610,14 +616,14 @@ impl Lakestream for GrpcService {
                 }
                 .map_err(|e| ApiError::invalid(format!("events: {e}")))?;
                 let outcome =
-                    crate::events::ingest(api.stack(), &r.namespace, &r.stream, r.partition, events)
+                    lakestream_service::events::ingest(api.stack(), &r.namespace, &r.stream, r.partition, events)
                         .await
                         .map_err(|e| ApiError::new(e.kind(), e.to_string()))?;
                 match outcome {
-                    crate::events::IngestOutcome::Done(results) => Ok(pb::ProduceCloudEventsResponse {
+                    lakestream_service::events::IngestOutcome::Done(results) => Ok(pb::ProduceCloudEventsResponse {
                         results: results.into_iter().map(cloud_event_result).collect(),
                     }),
-                    crate::events::IngestOutcome::InFlight { index, retry_after } => Err(ApiError::new(
+                    lakestream_service::events::IngestOutcome::InFlight { index, retry_after } => Err(ApiError::new(
                         ErrorKind::Contended,
                         format!(
                             "in_flight: event [{index}] is being appended by another request; nothing was \
@@ -633,9 +639,9 @@ impl Lakestream for GrpcService {
 }
 
 /// One event's answer: where it was appended, or where its first copy was.
-fn cloud_event_result(r: crate::events::EventResult) -> pb::CloudEventResult {
+fn cloud_event_result(r: lakestream_service::events::EventResult) -> pb::CloudEventResult {
     pb::CloudEventResult {
-        duplicate: r.status == crate::events::EventStatus::Duplicate,
+        duplicate: r.status == lakestream_service::events::EventStatus::Duplicate,
         id: r.id,
         source: r.source,
         partition: r.partition,
@@ -703,13 +709,15 @@ where
     }
 
     fn call(&mut self, mut request: axum::http::Request<B>) -> Self::Future {
-        let id = crate::api::request_id(request.headers().get(REQUEST_ID).and_then(|v| v.to_str().ok()));
+        let id = lakestream_service::api::request_id(
+            request.headers().get(REQUEST_ID).and_then(|v| v.to_str().ok()),
+        );
         let id = axum::http::HeaderValue::from_str(&id).ok();
         if let Some(id) = &id {
             request.headers_mut().insert(REQUEST_ID, id.clone());
         }
         let metrics = self.metrics.clone();
-        let method = crate::metrics::GrpcRequestMetrics::method_of(request.uri().path());
+        let method = lakestream_service::metrics::GrpcRequestMetrics::method_of(request.uri().path());
         let started = std::time::Instant::now();
         let answer = self.inner.call(request);
         Box::pin(async move {

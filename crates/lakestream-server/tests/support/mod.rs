@@ -7,7 +7,27 @@ pub mod http_client;
 
 use std::time::Duration;
 
-use lakestream_server::{Listening, ServerConfig, Stack};
+use lakestream_server::{Listening, ServerConfig};
+use lakestream_service::{Service, ServiceConfig, Stack};
+
+/// What a test service is configured with: the service's settings and the transports'.
+#[derive(Debug, Clone)]
+pub struct TestConfig {
+    /// The service layer.
+    pub service: ServiceConfig,
+    /// The HTTP and gRPC APIs.
+    pub server: ServerConfig,
+}
+
+impl TestConfig {
+    /// A dev service in `dir`: the HTTP API on a free port, no gRPC.
+    pub fn dev(dir: &std::path::Path) -> TestConfig {
+        TestConfig {
+            service: ServiceConfig::dev(dir),
+            server: ServerConfig::dev("127.0.0.1:0".parse().unwrap(), None),
+        }
+    }
+}
 
 /// A running service.
 pub struct Running {
@@ -33,20 +53,21 @@ impl Running {
 }
 
 /// Serves a dev stack with a 5 ms flush window and whatever `configure` changes.
-pub async fn start_with(configure: impl FnOnce(&mut ServerConfig)) -> Running {
+pub async fn start_with(configure: impl FnOnce(&mut TestConfig)) -> Running {
     let dir = tempfile::tempdir().unwrap();
-    let mut config = ServerConfig::dev(dir.path(), "127.0.0.1:0".parse().unwrap());
-    config.grpc.addr = Some("127.0.0.1:0".parse().unwrap());
-    config.writer.flush_window = Duration::from_millis(5);
+    let mut config = TestConfig::dev(dir.path());
+    config.server.grpc.addr = Some("127.0.0.1:0".parse().unwrap());
+    config.service.writer.flush_window = Duration::from_millis(5);
     configure(&mut config);
-    let stack = Stack::open(&config).await.unwrap();
-    let served = stack.clone();
+    let service = Service::start(&config.service).await.unwrap();
+    let stack = service.api().stack().clone();
     let (at_tx, at_rx) = tokio::sync::oneshot::channel();
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let task = tokio::spawn(async move {
-        lakestream_server::serve_all(
-            &config,
-            served,
+        lakestream_server::run(
+            &config.server,
+            service,
+            Vec::new(),
             move |at| {
                 let _ = at_tx.send(at);
             },

@@ -187,7 +187,7 @@ pub async fn record_or_check_reader_cache_bound(
 
 /// A reader's start: refuses an `index_cache_ttl` above the recorded bound. Before any
 /// compactor has recorded one there is nothing to check across processes (the process's own
-/// file still bounds it by its `compactor.reader_index_cache_ttl`, see `ServerConfig::validate`).
+/// file still bounds it by its `compactor.reader_index_cache_ttl`, see `ServiceConfig::validate`).
 pub async fn check_reader_cache_ttl(
     meta: &dyn MetaStore,
     partition: &str,

@@ -29,7 +29,7 @@ use lakestream_meta::{MetaError, MetaStore};
 use lakestream_reader::{Reader, ReaderConfig, ReaderDeps};
 use tokio::sync::{Notify, watch};
 
-use crate::config::{ConfigError, ObjectStoreConfig};
+use crate::config::{InvalidSetting, ObjectStoreConfig};
 use crate::metrics::Metrics;
 use crate::stack::Stack;
 
@@ -75,10 +75,10 @@ pub fn root_uri_of(compacted: &ObjectStoreConfig) -> Option<String> {
     }
 }
 
-fn config_error(e: TablesError) -> ConfigError {
+fn config_error(e: TablesError) -> InvalidSetting {
     match e {
-        TablesError::Config { key, message } => ConfigError::Invalid { key, message },
-        other => ConfigError::Invalid { key: "tables".into(), message: other.to_string() },
+        TablesError::Config { key, message } => InvalidSetting { key, message },
+        other => InvalidSetting { key: "tables".into(), message: other.to_string() },
     }
 }
 
@@ -89,7 +89,7 @@ pub async fn open(
     config: &TablesConfig,
     compacted_config: &ObjectStoreConfig,
     compacted: Arc<dyn lakestream_objstore::ObjectStore>,
-) -> Result<Option<TablesRole>, ConfigError> {
+) -> Result<Option<TablesRole>, InvalidSetting> {
     if config.uri.is_none() && !config.all_streams() {
         return Ok(None);
     }
@@ -97,7 +97,7 @@ pub async fn open(
     let root_uri = match (config.root_uri.clone(), root_uri_of(compacted_config)) {
         (Some(uri), _) | (None, Some(uri)) => uri,
         (None, None) => {
-            return Err(ConfigError::Invalid {
+            return Err(InvalidSetting {
                 key: "tables.root_uri".into(),
                 message: "cannot be derived from storage.compacted (an Azure root without `account`); set it"
                     .into(),

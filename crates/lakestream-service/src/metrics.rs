@@ -66,7 +66,7 @@ const HTTP_METHODS: [&str; 7] = ["GET", "POST", "PUT", "DELETE", "HEAD", "PATCH"
 const STATUS_CLASSES: [&str; 5] = ["1xx", "2xx", "3xx", "4xx", "5xx"];
 
 /// The bounded label value of an HTTP method.
-fn method_label(method: &axum::http::Method) -> &'static str {
+fn method_label(method: &http::Method) -> &'static str {
     HTTP_METHODS.iter().find(|m| **m == method.as_str()).copied().unwrap_or("other")
 }
 
@@ -90,8 +90,8 @@ impl HttpRequestMetrics {
     pub fn observe(
         &self,
         route: Option<&str>,
-        method: &axum::http::Method,
-        status: axum::http::StatusCode,
+        method: &http::Method,
+        status: http::StatusCode,
         elapsed: Duration,
     ) {
         let key = (route.unwrap_or(UNMATCHED_ROUTE).to_owned(), method_label(method));
@@ -392,9 +392,9 @@ pub struct Metrics {
     /// Consumer groups' lag per partition.
     pub group_lag: GroupLagMetrics,
     /// The HTTP listener's connections.
-    pub http_connections: std::sync::Arc<crate::listener::ConnectionStats>,
+    pub http_connections: std::sync::Arc<ConnectionStats>,
     /// The gRPC listener's connections.
-    pub grpc_connections: std::sync::Arc<crate::listener::ConnectionStats>,
+    pub grpc_connections: std::sync::Arc<ConnectionStats>,
     /// The outcome of the last readiness check: 1 ready, 0 not (or draining).
     pub ready: AtomicU64,
     /// Readiness checks that failed (a store did not answer, or the service is draining).
@@ -598,7 +598,7 @@ impl TableMetrics {
 
 impl Metrics {
     fn render_connections(&self, out: &mut String) {
-        type Read = fn(&crate::listener::ConnectionStats) -> u64;
+        type Read = fn(&ConnectionStats) -> u64;
         let series: [(&str, &str, &str, Read); 4] = [
             ("lakestream_connections_open", "gauge", "Connections open.", |c| c.open.load(Ordering::Relaxed)),
             (
@@ -840,16 +840,10 @@ mod tests {
     #[test]
     fn http_route_labels_are_escaped_and_the_scrape_parses() {
         let m = Metrics::default();
-        let (get, ok, missing) =
-            (axum::http::Method::GET, axum::http::StatusCode::OK, axum::http::StatusCode::NOT_FOUND);
+        let (get, ok, missing) = (http::Method::GET, http::StatusCode::OK, http::StatusCode::NOT_FOUND);
         m.http_requests.observe(Some("/a/{x}"), &get, ok, Duration::from_millis(2));
         m.http_requests.observe(Some("/a/{x}"), &get, missing, Duration::from_millis(2));
-        m.http_requests.observe(
-            None,
-            &axum::http::Method::from_bytes(b"BREW").unwrap(),
-            missing,
-            Duration::ZERO,
-        );
+        m.http_requests.observe(None, &http::Method::from_bytes(b"BREW").unwrap(), missing, Duration::ZERO);
         let out = m.render(None);
         parse_scrape(&out).unwrap_or_else(|e| panic!("{e}\n{out}"));
         assert!(
@@ -1140,4 +1134,17 @@ mod tests {
         assert!(out.contains(r#"stream="a\"b\\c""#), "{out}");
         assert!(out.contains(r#"stream="line\nbreak""#), "{out}");
     }
+}
+
+/// Counters and the open-connections gauge of one listener, for `/metrics`.
+#[derive(Debug, Default)]
+pub struct ConnectionStats {
+    /// Connections open now.
+    pub open: AtomicU64,
+    /// Connections refused because `max_connections` were open.
+    pub refused: AtomicU64,
+    /// Connections closed because no request was in flight for `idle_timeout`.
+    pub idle_closed: AtomicU64,
+    /// TLS handshakes that failed or did not finish within `tls_handshake_timeout`.
+    pub tls_handshake_failed: AtomicU64,
 }

@@ -1,5 +1,5 @@
 //! Wiring: builds the metadata store, the object stores and the roles from a
-//! [`ServerConfig`]. The only place that knows every backend.
+//! [`ServiceConfig`]. The only place that knows every backend.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -16,7 +16,7 @@ use lakestream_objstore_s3::S3Store;
 use lakestream_reader::{Reader, ReaderDeps};
 use lakestream_writer::{Writer, WriterDeps};
 
-use crate::config::{MetadataConfig, ObjectStoreConfig, ServerConfig};
+use crate::config::{MetadataConfig, ObjectStoreConfig, ServiceConfig};
 
 /// The running components of a service process.
 #[derive(Debug, Clone)]
@@ -37,7 +37,7 @@ pub struct Stack {
     pub compactor: Option<Compactor>,
     /// Streams as Iceberg tables, when this process serves the compactor role and `[tables]`
     /// names a catalog.
-    pub tables: Option<crate::tables::TablesRole>,
+    pub tables: Option<crate::background::tables::TablesRole>,
     /// The accepted bearer tokens (none: the API is open).
     pub auth: crate::auth::Authenticator,
     /// The roles this process serves.
@@ -59,7 +59,7 @@ pub struct Stack {
 pub enum StartError {
     /// The configuration is invalid.
     #[error(transparent)]
-    Config(#[from] crate::config::ConfigError),
+    Config(#[from] crate::config::InvalidSetting),
     /// The metadata store could not be opened.
     #[error("metadata store: {0}")]
     Metadata(String),
@@ -93,13 +93,13 @@ pub const DEFAULT_NAMESPACE: &str = "default";
 
 impl Stack {
     /// Opens every component named by `config`.
-    pub async fn open(config: &ServerConfig) -> Result<Stack, StartError> {
+    pub async fn open(config: &ServiceConfig) -> Result<Stack, StartError> {
         config.validate()?;
         check_one_format_version(config)?;
         let roots = crate::deployment::StorageRoots::of(&config.storage)
-            .map_err(|(key, message)| crate::config::ConfigError::Invalid { key: key.into(), message })?;
+            .map_err(|(key, message)| crate::config::InvalidSetting { key: key.into(), message })?;
         let auth = crate::auth::Authenticator::from_config(&config.auth, |v| std::env::var(v).ok())
-            .map_err(|message| crate::config::ConfigError::Invalid { key: "auth.tokens".into(), message })?;
+            .map_err(|message| crate::config::InvalidSetting { key: "auth.tokens".into(), message })?;
         let clock: Arc<dyn Clock> = Arc::new(SystemClock);
         let (meta, oxia) = open_meta(&config.metadata, clock.clone()).await?;
         // Before any role can write: a service with another deployment's roots stops here.
@@ -153,16 +153,18 @@ impl Stack {
                 clock: clock.clone(),
                 tokens: Arc::new(RandomTokens),
             };
-            Some(Writer::start(config.writer.clone(), deps).map_err(|e| {
-                crate::config::ConfigError::Invalid { key: format!("writer.{}", e.field), message: e.rule }
+            Some(Writer::start(config.writer.clone(), deps).map_err(|e| crate::config::InvalidSetting {
+                key: format!("writer.{}", e.field),
+                message: e.rule,
             })?)
         } else {
             None
         };
         let reader = if config.roles.reader {
             let deps = ReaderDeps { meta: meta.clone(), wal: wal.clone(), compacted: compacted.clone() };
-            Some(Reader::new(config.reader.clone(), deps).map_err(|e| {
-                crate::config::ConfigError::Invalid { key: format!("reader.{}", e.field), message: e.rule }
+            Some(Reader::new(config.reader.clone(), deps).map_err(|e| crate::config::InvalidSetting {
+                key: format!("reader.{}", e.field),
+                message: e.rule,
             })?)
         } else {
             None
@@ -185,7 +187,8 @@ impl Stack {
         // Bad table settings (unknown catalog, unreachable database) stop the start here,
         // naming the key.
         let tables = if config.roles.compactor {
-            crate::tables::open(&config.tables, &config.storage.compacted, compacted.clone()).await?
+            crate::background::tables::open(&config.tables, &config.storage.compacted, compacted.clone())
+                .await?
         } else {
             None
         };
@@ -195,7 +198,7 @@ impl Stack {
             Arc::new(RandomTokens),
             config.cloudevents.clone(),
         )
-        .map_err(|e| crate::config::ConfigError::Invalid {
+        .map_err(|e| crate::config::InvalidSetting {
             key: format!("cloudevents.{}", e.field),
             message: e.rule,
         })?;
@@ -268,7 +271,7 @@ impl Stack {
 /// format version. The writer and the compactor write version 3, so a reader set to read
 /// version 1 or 2 (`reader.format_version`) may not serve beside them: that is a legacy read
 /// mode, which a process states explicitly by serving neither the writer nor the compactor.
-fn check_one_format_version(config: &ServerConfig) -> Result<(), crate::config::ConfigError> {
+fn check_one_format_version(config: &ServiceConfig) -> Result<(), crate::config::InvalidSetting> {
     let version = config.reader.format_version;
     let writes_v3: Vec<&str> =
         [("roles.writer", config.roles.writer), ("roles.compactor", config.roles.compactor)]
@@ -278,7 +281,7 @@ fn check_one_format_version(config: &ServerConfig) -> Result<(), crate::config::
     if !config.roles.reader || version == 3 || writes_v3.is_empty() {
         return Ok(());
     }
-    Err(crate::config::ConfigError::Invalid {
+    Err(crate::config::InvalidSetting {
         key: "reader.format_version".into(),
         message: format!(
             "is {version} (reads a legacy v{version} deployment), but this process also serves {}, which \
@@ -370,7 +373,7 @@ mod tests {
     #[test]
     fn a_legacy_reader_beside_a_v3_writer_or_compactor_is_refused() {
         // [All] All WAL objects and index records of a deployment MUST use one format version.
-        let mut config = ServerConfig::default();
+        let mut config = ServiceConfig::default();
         config.reader.format_version = 2;
         let err = check_one_format_version(&config).unwrap_err().to_string();
         assert!(err.contains("reader.format_version"), "{err}");
@@ -382,7 +385,7 @@ mod tests {
         config.roles.compactor = false;
         check_one_format_version(&config).unwrap();
         // Version 3 everywhere, and a legacy setting in a process that does not read, pass.
-        let mut config = ServerConfig::default();
+        let mut config = ServiceConfig::default();
         check_one_format_version(&config).unwrap();
         config.reader.format_version = 1;
         config.roles.reader = false;
@@ -395,7 +398,7 @@ mod tests {
     #[tokio::test]
     async fn a_reader_process_caching_longer_than_the_compactors_bound_refuses_to_start() {
         let dir = tempfile::tempdir().unwrap();
-        let base = ServerConfig::dev(dir.path(), "127.0.0.1:0".parse().unwrap());
+        let base = ServiceConfig::dev(dir.path());
         let only = |reader: bool, compactor: bool| crate::config::RolesConfig {
             writer: false,
             reader,
@@ -428,7 +431,7 @@ mod tests {
         // [All] All implementations in a deployment MUST use the same WAL root and the same
         // compacted root: the first start records them, a later one with others stops.
         let dir = tempfile::tempdir().unwrap();
-        let mut config = ServerConfig::dev(dir.path(), "127.0.0.1:0".parse().unwrap());
+        let mut config = ServiceConfig::dev(dir.path());
         config.writer.flush_window = Duration::from_millis(2);
         {
             let stack = Stack::open(&config).await.unwrap();

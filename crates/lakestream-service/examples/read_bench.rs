@@ -2,7 +2,7 @@
 //! measured in the same run as the baseline.
 //!
 //! ```text
-//! cargo run --release -p lakestream-server --example read_bench -- \
+//! cargo run --release -p lakestream-service --example read_bench -- \
 //!     [--store local|s3] [--logs 8] [--entry-bytes 65536] [--mib 256]
 //! ```
 //! `--store s3` uses the LAKESTREAM_TEST_S3_* variables. Metadata is the embedded store.
@@ -16,8 +16,8 @@ use lakestream_format::LogRef;
 use lakestream_objstore::ObjectPrefix;
 use lakestream_objstore_s3::S3Config;
 use lakestream_reader::{Reader, ReaderConfig, ReaderDeps, WalReadMode};
-use lakestream_server::config::{MetadataConfig, ObjectStoreConfig};
-use lakestream_server::{ServerConfig, Stack};
+use lakestream_service::config::{MetadataConfig, ObjectStoreConfig};
+use lakestream_service::{ServiceConfig, Stack};
 
 fn arg(name: &str, default: &str) -> String {
     let argv: Vec<String> = std::env::args().collect();
@@ -68,7 +68,7 @@ async fn main() {
     let mib: usize = arg("--mib", "256").parse().expect("--mib");
     let dir = tempfile::tempdir().expect("temp dir");
     let run = uuid::Uuid::new_v4().to_string();
-    let mut config = ServerConfig::dev(dir.path(), "127.0.0.1:0".parse().unwrap());
+    let mut config = ServiceConfig::dev(dir.path());
     config.metadata = MetadataConfig::Embedded { path: dir.path().join("metadata.redb") };
     config.roles.compactor = false;
     config.writer.flush_window = Duration::from_millis(20);

@@ -183,12 +183,12 @@ fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
 /// outside `/v1`, which need no token. The namespace is not read from the path here: the
 /// caller takes the router's decoded `{ns}` parameter, the value the handlers use (a route
 /// without one needs a grant on `*`).
-pub fn required(method: &axum::http::Method, route: &str) -> Option<Permission> {
+pub fn required(method: &http::Method, route: &str) -> Option<Permission> {
     let parts: Vec<&str> = route.trim_matches('/').split('/').collect();
     if parts.first() != Some(&"v1") || parts.get(1) != Some(&"namespaces") {
         return None;
     }
-    let read_or = |p: Permission| if method == axum::http::Method::GET { Permission::Read } else { p };
+    let read_or = |p: Permission| if method == http::Method::GET { Permission::Read } else { p };
     let permission = match (parts.get(3), parts.get(5), parts.get(7)) {
         // …/groups…: consumers list groups, read and commit their offsets with read access.
         (Some(&"groups"), _, _) => Permission::Read,
@@ -250,7 +250,7 @@ mod tests {
 
     #[test]
     fn routes_map_to_permissions() {
-        use axum::http::Method;
+        use http::Method;
         let r = |m: Method, p: &str| required(&m, p);
         assert_eq!(r(Method::GET, "/healthz"), None);
         assert_eq!(r(Method::GET, "/metrics"), None);

@@ -215,8 +215,15 @@ pub(crate) async fn run_expiry(
         }
     };
     let every_stream = |_: &Stream| Some(());
-    crate::sweep::every_partition(stack, interval, "producer expiry skipped", stop, every_stream, visit)
-        .await;
+    crate::background::sweep::every_partition(
+        stack,
+        interval,
+        "producer expiry skipped",
+        stop,
+        every_stream,
+        visit,
+    )
+    .await;
 }
 
 /// The last request of a producer on a partition.

@@ -1,6 +1,5 @@
-//! The writer and reader over a real S3 server (s3s-fs, started by `scripts/test`), with the
-//! embedded metadata store. A real Oxia server cannot be installed on our CI machines (see
-//! README), so metadata stays embedded here.
+//! The writer and reader of a service over a real S3 server (s3s-fs, started by
+//! `scripts/test`), with the embedded metadata store: acknowledged entries survive a restart.
 //!
 //! Needs LAKESTREAM_TEST_S3_ENDPOINT, _BUCKET, _ACCESS_KEY, _SECRET_KEY, _REGION.
 
@@ -8,8 +7,8 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use lakestream_objstore_s3::S3Config;
-use lakestream_server::config::{MetadataConfig, ObjectStoreConfig};
-use lakestream_server::{ServerConfig, Stack};
+use lakestream_service::config::{MetadataConfig, ObjectStoreConfig};
+use lakestream_service::{ServiceConfig, Stack};
 
 fn s3_config(prefix: &str) -> S3Config {
     let var = |name: &str| {
@@ -32,8 +31,8 @@ fn s3_config(prefix: &str) -> S3Config {
     }
 }
 
-fn config(dir: &std::path::Path, run: &str) -> ServerConfig {
-    let mut c = ServerConfig::dev(dir, "127.0.0.1:0".parse().unwrap());
+fn config(dir: &std::path::Path, run: &str) -> ServiceConfig {
+    let mut c = ServiceConfig::dev(dir);
     c.metadata = MetadataConfig::Embedded { path: dir.join("metadata.redb") };
     c.storage.wal = ObjectStoreConfig::S3(Box::new(s3_config(&format!("{run}/wal"))));
     c.storage.compacted = ObjectStoreConfig::S3(Box::new(s3_config(&format!("{run}/compacted"))));

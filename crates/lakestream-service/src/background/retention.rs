@@ -17,9 +17,9 @@ use lakestream_meta::Comparison;
 use lakestream_writer::RetentionPolicy;
 use tokio::sync::watch;
 
+use crate::background::sweep;
 use crate::metrics::Metrics;
 use crate::stack::Stack;
-use crate::sweep;
 
 /// The stream property limiting the age of entries, in milliseconds.
 pub const RETENTION_MS: &str = "retention_ms";

@@ -79,7 +79,7 @@ pub(crate) async fn run(
         // the next reclamation pass.
         let trimmed = tokio::select! {
             _ = stop.changed() => return,
-            n = crate::retention::hard_trim_behind_markers(&stack, &compactor, &logs, &metrics) => n,
+            n = crate::background::retention::hard_trim_behind_markers(&stack, &compactor, &logs, &metrics) => n,
         };
         if trimmed > 0 {
             tracing::info!(logs = trimmed, "hard-trimmed behind trim markers");

@@ -2,7 +2,7 @@
 //! measured in the same run on the same stack: the ledger's cost as a ratio.
 //!
 //! ```text
-//! cargo run --release -p lakestream-server --example events_bench -- \
+//! cargo run --release -p lakestream-service --example events_bench -- \
 //!     [--meta embedded|memory] [--partitions 4] [--batch 10] [--producers 64] [--seconds 5]
 //! ```
 //! Both paths encode each request's events as one Kafka record batch per partition and append
@@ -17,9 +17,9 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use lakestream_cloudevents::{CloudEvent, json, kafka};
-use lakestream_server::config::MetadataConfig;
-use lakestream_server::events::{self, IngestOutcome};
-use lakestream_server::{ServerConfig, Stack};
+use lakestream_service::config::MetadataConfig;
+use lakestream_service::events::{self, IngestOutcome};
+use lakestream_service::{ServiceConfig, Stack};
 
 struct Args {
     meta: String,
@@ -97,7 +97,7 @@ where
 async fn main() -> Result<(), String> {
     let args = parse_args()?;
     let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
-    let mut config = ServerConfig::dev(dir.path(), "127.0.0.1:0".parse().map_err(|e| format!("{e}"))?);
+    let mut config = ServiceConfig::dev(dir.path());
     config.roles.compactor = false;
     match args.meta.as_str() {
         "embedded" => {}

@@ -2,7 +2,7 @@
 //! measured in the same run as the baseline.
 //!
 //! ```text
-//! cargo run --release -p lakestream-server --example append_bench -- \
+//! cargo run --release -p lakestream-service --example append_bench -- \
 //!     [--store local|s3] [--logs 16] [--entry-bytes 65536] [--window-ms 10] \
 //!     [--producers 512] [--seconds 5]
 //! ```
@@ -18,8 +18,8 @@ use futures_free::join_all;
 use lakestream_format::LogId;
 use lakestream_objstore::{ObjectPath, ObjectPrefix, ObjectStore};
 use lakestream_objstore_s3::S3Config;
-use lakestream_server::config::{MetadataConfig, ObjectStoreConfig};
-use lakestream_server::{ServerConfig, Stack};
+use lakestream_service::config::{MetadataConfig, ObjectStoreConfig};
+use lakestream_service::{ServiceConfig, Stack};
 
 mod futures_free {
     /// Awaits every handle, in order.
@@ -80,7 +80,7 @@ async fn main() {
     let args = parse_args();
     let dir = tempfile::tempdir().expect("temp dir");
     let run = uuid::Uuid::new_v4().to_string();
-    let mut config = ServerConfig::dev(dir.path(), "127.0.0.1:0".parse().unwrap());
+    let mut config = ServiceConfig::dev(dir.path());
     config.metadata = MetadataConfig::Embedded { path: dir.path().join("metadata.redb") };
     if args.store == "s3" {
         let var = |n: &str| {

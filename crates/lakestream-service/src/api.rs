@@ -32,12 +32,15 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use axum::http::StatusCode;
 use bytes::Bytes;
-use lakestream_catalog::{CatalogError, Growth, Namespace, Page, Stream};
+use http::StatusCode;
+use lakestream_catalog::{CatalogError, Growth};
+pub use lakestream_catalog::{Namespace, Page, Stream};
 use lakestream_format::{ErrorClass, LogRef};
-use lakestream_reader::{ReadBatch, ReadError, Reader};
-use lakestream_writer::{AppendAck, AppendError, AppendOptions, TrimError, TrimOutcome, Writer};
+pub use lakestream_reader::ReadBatch;
+use lakestream_reader::{ReadError, Reader};
+pub use lakestream_writer::{AppendAck, TrimOutcome};
+use lakestream_writer::{AppendError, AppendOptions, TrimError, Writer};
 
 use crate::auth::{Denied, Permission};
 use crate::groups::{CommittedOffset, GroupStore, OffsetCommit, PartitionLag, SameGeneration};
@@ -466,6 +469,33 @@ impl Api {
         &self.metrics
     }
 
+    /// The longest a fetch may wait for new entries (`http.max_fetch_wait`); front ends cut
+    /// longer client waits to it.
+    pub fn max_fetch_wait(&self) -> Duration {
+        self.max_fetch_wait
+    }
+
+    /// Every metric of this process in the Prometheus text format: the operations', the
+    /// roles' (writer, reader cache, compaction, tables), the object stores' and the Oxia
+    /// client's.
+    pub fn render_metrics(&self) -> String {
+        let cache = self.stack.reader.as_ref().map(Reader::cache_stats);
+        let mut text = self.metrics.render(cache);
+        self.stack.object_ops.render(&mut text);
+        if let Some(writer) = &self.stack.writer {
+            crate::metrics::render_writer(&writer.stats(), &mut text);
+        }
+        if let Some(oxia) = &self.stack.oxia {
+            crate::metrics::render_oxia(&oxia.stats(), &mut text);
+        }
+        text
+    }
+
+    /// Whether requests are checked at all: bearer tokens or rate limits are configured.
+    pub fn admission_enabled(&self) -> bool {
+        self.stack.auth.enabled() || self.stack.limiter.enabled()
+    }
+
     /// Checks a bearer token (`authorization` is the header or metadata value) for `needed` on
     /// `namespace` (`None`: deployment-wide). Passes everything when no token is configured.
     pub fn authorize(
@@ -613,8 +643,8 @@ impl Api {
         properties: BTreeMap<String, String>,
     ) -> ApiResult<Stream> {
         self.catalog_role()?;
-        crate::retention::policy_of(&properties).map_err(ApiError::invalid)?;
-        crate::tables::check_property(&properties).map_err(ApiError::invalid)?;
+        crate::background::retention::policy_of(&properties).map_err(ApiError::invalid)?;
+        crate::background::tables::check_property(&properties).map_err(ApiError::invalid)?;
         Ok(self.stack.catalog.create_stream(namespace, name, partitions.unwrap_or(1), properties).await?)
     }
 
@@ -634,8 +664,8 @@ impl Api {
                 None => after.remove(k),
             };
         }
-        crate::retention::policy_of(&after).map_err(ApiError::invalid)?;
-        crate::tables::check_property(&after).map_err(ApiError::invalid)?;
+        crate::background::retention::policy_of(&after).map_err(ApiError::invalid)?;
+        crate::background::tables::check_property(&after).map_err(ApiError::invalid)?;
         Ok(self.stack.catalog.update_stream_properties(namespace, name, &changes).await?)
     }
 
