@@ -6,7 +6,9 @@
 //! 60.1 to 58.4, the line `iceberg` builds on; each file is refused on both).
 
 use bytes::Bytes;
-use lakestream_format::compacted::{self, CompactedFileReader, CompactedFileWriter, KNOWN_BINDINGS, WriteOptions};
+use lakestream_format::compacted::{
+    self, CompactedFileReader, CompactedFileWriter, KNOWN_BINDINGS, WriteOptions,
+};
 use lakestream_format::kafka::KAFKA_BINDING;
 use parquet::file::metadata::ParquetMetaDataWriter;
 
