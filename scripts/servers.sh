@@ -48,6 +48,22 @@ install_cargo_fuzz() {
   rm -rf "$LAKESTREAM_TOOLS/.cargo-fuzz-build"
 }
 
+# cargo-semver-checks for scripts/check-crates (the API compatibility check of the library
+# crates). 0.51.0 is the newest release that builds on Rust 1.95 and reads 1.95's rustdoc JSON.
+# Reinstalled when the cached binary reports another version.
+CARGO_SEMVER_CHECKS_VERSION=0.51.0
+CARGO_SEMVER_CHECKS_BIN="$LAKESTREAM_TOOLS/cargo-semver-checks/bin/cargo-semver-checks"
+install_cargo_semver_checks() {
+  if [ -x "$CARGO_SEMVER_CHECKS_BIN" ] \
+    && [ "$("$CARGO_SEMVER_CHECKS_BIN" semver-checks --version 2>/dev/null)" = "cargo-semver-checks $CARGO_SEMVER_CHECKS_VERSION" ]; then
+    return 0
+  fi
+  log "installing cargo-semver-checks $CARGO_SEMVER_CHECKS_VERSION (cargo install) into $LAKESTREAM_TOOLS (once)"
+  CARGO_TARGET_DIR="$LAKESTREAM_TOOLS/.cargo-semver-checks-build" cargo install cargo-semver-checks \
+    --version "$CARGO_SEMVER_CHECKS_VERSION" --locked --force --root "$LAKESTREAM_TOOLS/cargo-semver-checks"
+  rm -rf "$LAKESTREAM_TOOLS/.cargo-semver-checks-build"
+}
+
 # Oxia v0.17.1, the real server (sets OXIA_BIN): from LAKESTREAM_OXIA_BIN if set, else built
 # once by ../shared/oxia/build.sh from the upstream source kept beside the repository (about
 # 5 minutes cold, then reused from ~/.cache/oxia). The Go module proxy does not serve Oxia's

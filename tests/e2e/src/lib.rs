@@ -4,7 +4,7 @@
 //!
 //! | module | what |
 //! |---|---|
-//! | [`env`] | what the environment names: the S3 server, Oxia, an external stack, soak lengths |
+//! | [`env`](mod@env) | what the environment names: the S3 server, Oxia, an external stack, soak lengths |
 //! | [`config`] | the TOML a spawned service reads (roles, metadata, S3, compaction pace) |
 //! | [`process`] | spawns `lakestream serve`, waits for `/readyz`, kills by PID, reads RSS and logs |
 //! | [`api`] | a small HTTP client of the v1 API that classifies every append's outcome |
