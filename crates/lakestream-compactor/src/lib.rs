@@ -15,7 +15,8 @@ pub mod records;
 pub mod trim;
 
 pub use compactor::{
-    Claim, Compactor, CompactorDeps, InstallOutcome, PreparedCompaction, WrittenFile, claim_key,
+    Claim, CompactionLog, Compactor, CompactorDeps, InstallOutcome, PreparedCompaction, WrittenFile,
+    claim_key,
 };
 pub use config::{CompactorConfig, ConfigError, ParquetCodec};
 pub use error::{CompactError, CompactResult};

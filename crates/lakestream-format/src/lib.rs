@@ -12,6 +12,7 @@ pub mod file_index;
 pub mod kafka;
 pub mod keys;
 pub mod legacy;
+pub mod native;
 pub mod types;
 mod varint;
 pub mod wal;

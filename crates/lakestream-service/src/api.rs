@@ -1,7 +1,8 @@
-//! The service layer under both APIs: every operation of the HTTP/JSON API ([`crate::http`])
-//! and the gRPC API ([`crate::grpc`]) as a plain async method of [`Api`], taking typed
-//! arguments and returning typed results or an [`ApiError`]. The transports only parse,
-//! call, and render, so the two APIs cannot drift apart in their rules, limits or metrics.
+//! The service layer under every front end: each operation of the HTTP/JSON and gRPC APIs
+//! (`lakestream-server`), the Kafka protocol (`lakestream-kafka`) and the CloudEvents
+//! bindings as a plain async method of [`Api`], taking typed arguments and returning typed
+//! results or an [`ApiError`]. The front ends only parse, call, and render, so they cannot
+//! drift apart in their rules, permissions, limits or metrics.
 //!
 //! [`ErrorKind`] is the one place that maps an error to its HTTP status, its gRPC code and
 //! its stable machine-readable code:
@@ -524,8 +525,8 @@ pub struct FetchParams {
     pub max_wait_ms: u64,
 }
 
-/// The operations of the API over a running [`Stack`], with the metrics both transports
-/// record into.
+/// The operations of the API over the running roles and stores (the service's private
+/// wiring), with the metrics every front end records into.
 #[derive(Debug, Clone)]
 pub struct Api {
     pub(crate) stack: Stack,

@@ -295,7 +295,7 @@ pub struct ServedEvent {
     pub event: CloudEvent,
 }
 
-/// What [`consume`] read.
+/// What a consume read ([`crate::Api::consume_events`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Consumed {
     /// The events from the requested offset on, in offset order.
