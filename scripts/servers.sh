@@ -48,6 +48,22 @@ install_cargo_fuzz() {
   rm -rf "$LAKESTREAM_TOOLS/.cargo-fuzz-build"
 }
 
+# cargo-semver-checks for scripts/check-crates (the API compatibility check of the library
+# crates). 0.51.0 is the newest release that builds on Rust 1.95 and reads 1.95's rustdoc JSON.
+# Reinstalled when the cached binary reports another version.
+CARGO_SEMVER_CHECKS_VERSION=0.51.0
+CARGO_SEMVER_CHECKS_BIN="$LAKESTREAM_TOOLS/cargo-semver-checks/bin/cargo-semver-checks"
+install_cargo_semver_checks() {
+  if [ -x "$CARGO_SEMVER_CHECKS_BIN" ] \
+    && [ "$("$CARGO_SEMVER_CHECKS_BIN" semver-checks --version 2>/dev/null)" = "cargo-semver-checks $CARGO_SEMVER_CHECKS_VERSION" ]; then
+    return 0
+  fi
+  log "installing cargo-semver-checks $CARGO_SEMVER_CHECKS_VERSION (cargo install) into $LAKESTREAM_TOOLS (once)"
+  CARGO_TARGET_DIR="$LAKESTREAM_TOOLS/.cargo-semver-checks-build" cargo install cargo-semver-checks \
+    --version "$CARGO_SEMVER_CHECKS_VERSION" --locked --force --root "$LAKESTREAM_TOOLS/cargo-semver-checks"
+  rm -rf "$LAKESTREAM_TOOLS/.cargo-semver-checks-build"
+}
+
 # Oxia v0.17.1, the real server (sets OXIA_BIN): from LAKESTREAM_OXIA_BIN if set, else built
 # once by ../shared/oxia/build.sh from the upstream source kept beside the repository (about
 # 5 minutes cold, then reused from ~/.cache/oxia). The Go module proxy does not serve Oxia's
@@ -342,6 +358,60 @@ stop_postgres() {
     && log "stopped PostgreSQL" || log "PostgreSQL was not running"
   rm -rf "$POSTGRES_DIR"
   POSTGRES_DIR=""
+}
+
+# Whether process $1 runs (a zombie, dead but not yet reaped, does not).
+alive() {
+  local pid=$1 state
+  [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null || return 1
+  state=$(sed 's/.*) //' "/proc/$pid/stat" 2>/dev/null | cut -d' ' -f1)
+  [ "$state" != Z ]
+}
+
+# The lines of log $2 that report a panic (Rust's "panicked at", a Go runtime's "panic:" or
+# "fatal error:", PostgreSQL's "PANIC:"); prints them and returns 1 when there are any.
+log_panics() { # name log
+  local name=$1 file=$2 found
+  [ -f "$file" ] || return 0
+  found=$(grep -E 'panicked at|^panic: |^fatal error: |[[:space:]]PANIC:[[:space:]]' "$file" | head -20 || true)
+  [ -z "$found" ] && return 0
+  log "$name logged a panic ($file):"
+  printf '%s\n' "$found" >&2
+  return 1
+}
+
+# Stops a server the suite started and checks that it lived to the end: returns 1, with the
+# end of its log, when it had died before (stop_pid alone succeeds for a dead process), or
+# when its log reports a panic.
+finish_server() { # pid name log
+  local pid=$1 name=$2 file=$3
+  if [ -z "$pid" ]; then
+    log "$name: no process to finish (it was never started)"
+    return 1
+  fi
+  if ! alive "$pid"; then
+    log "$name (pid $pid) died before the end of the suite; its log ($file) ends:"
+    tail -30 "$file" >&2 2>/dev/null || true
+    return 1
+  fi
+  stop_pid "$pid" "$name"
+  log_panics "$name" "$file"
+}
+
+# finish_server for the cluster of start_postgres (pg_ctl runs it as a daemon).
+finish_postgres() {
+  local run=() file="$POSTGRES_DIR/postgres.log"
+  [ -n "$POSTGRES_DIR" ] || { log "PostgreSQL: no cluster to finish (it was never started)"; return 1; }
+  if [ "$(id -u)" = 0 ]; then run=(runuser -u postgres --); fi
+  if ! "${run[@]}" "$POSTGRES_BIN/pg_ctl" -D "$POSTGRES_DIR/data" status >/dev/null 2>&1; then
+    log "PostgreSQL died before the end of the suite; its log ($file) ends:"
+    tail -30 "$file" >&2 2>/dev/null || true
+    return 1
+  fi
+  local panics=0
+  log_panics PostgreSQL "$file" || panics=1
+  stop_postgres
+  return "$panics"
 }
 
 stop_pid() { # pid name

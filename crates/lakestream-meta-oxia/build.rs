@@ -7,7 +7,8 @@ use std::path::PathBuf;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let manifest_dir = PathBuf::from(std::env::var("CARGO_MANIFEST_DIR")?);
-    let proto_root = manifest_dir.join("../../proto");
+    // Inside the crate, so that the published package builds.
+    let proto_root = manifest_dir.join("proto");
     let files = [proto_root.join("oxia/client.proto"), proto_root.join("oxia/rpc_status.proto")];
     for file in &files {
         println!("cargo:rerun-if-changed={}", file.display());

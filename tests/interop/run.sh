@@ -14,4 +14,10 @@ mkdir -p "$out"
   || { cat "$out/mvn.log" >&2; exit 1; }
 java -cp "$here/target/classes:$(cat "$out/classpath.txt")" dev.lakestream.interop.Fixtures "$out" "$seed" "$cases" 2>/dev/null
 cd "$here/../.."
-cargo run --locked --quiet -p lakestream-format --example interop_check -- "$out"
+# scripts/test builds the examples with the workspace's tests (LAKESTREAM_EXAMPLES_DIR); alone,
+# this builds the one it needs.
+if [ -n "${LAKESTREAM_EXAMPLES_DIR:-}" ]; then
+  "$LAKESTREAM_EXAMPLES_DIR/interop_check" "$out"
+else
+  cargo run --locked --quiet -p lakestream-format --example interop_check -- "$out"
+fi

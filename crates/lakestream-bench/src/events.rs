@@ -20,13 +20,15 @@ pub(crate) async fn run(ctx: &BenchContext) -> Result<ScenarioReport, BenchError
     let stream = logs.first().map(|l| l.stream.clone()).unwrap_or_default();
     let ends = warm_up(ctx.writer()?, &logs).await?;
     let api = lakestream_service::Api::over_stack(ctx.stack.clone(), ctx.config.service.max_fetch_wait);
+    let caller = api.admit(None, None).map_err(err("admitting the benchmark's requests"))?;
     let pool = payload_pool(ctx.knobs.entry_bytes);
     let source = format!("/bench/{}", ctx.run_id);
 
     let meter = Meter::new();
     let sampler = ctx.sampler(&meter, "events: ingest", ctx.goal());
     let events = baseline::closed_loop(ctx.producers(), ctx.load(), &meter, move |_, seq| {
-        let (api, pool, source, stream) = (api.clone(), pool.clone(), source.clone(), stream.clone());
+        let (api, caller, pool, source, stream) =
+            (api.clone(), caller.clone(), pool.clone(), source.clone(), stream.clone());
         async move {
             let data = pool[(seq % pool.len() as u64) as usize].to_vec();
             let n = data.len() as u64;
@@ -40,7 +42,7 @@ pub(crate) async fn run(ctx: &BenchContext) -> Result<ScenarioReport, BenchError
                 Some(Data::Binary(data)),
             )
             .map_err(err("building a CloudEvent"))?;
-            match api.ingest_events(DEFAULT_NAMESPACE, &stream, None, vec![event]).await {
+            match api.ingest_events(&caller, DEFAULT_NAMESPACE, &stream, None, vec![event]).await {
                 Ok(results) if results.iter().all(|r| r.status == EventStatus::Appended) => Ok(n),
                 Ok(other) => Err(BenchError::Operation {
                     what: format!("ingest of event e{seq}"),

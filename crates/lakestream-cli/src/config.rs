@@ -465,7 +465,7 @@ impl Config {
     /// Applies the aliases ([`ENV_ALIASES`]: `LAKESTREAM_HTTP_ADDR`, `LAKESTREAM_GRPC_ADDR`,
     /// `LAKESTREAM_OXIA_ADDRESSES`, `LAKESTREAM_S3_ENDPOINT` (the endpoint of every S3 root),
     /// `LAKESTREAM_CLOUDEVENTS_DEDUP_WINDOW`, `LAKESTREAM_LOG_FORMAT`), read through `var` so
-    /// tests need not touch the process environment. [`ServerConfig::load`] applies them and
+    /// tests need not touch the process environment. [`Config::load`] applies them and
     /// the general rule.
     pub fn apply_env(&mut self, var: impl Fn(&str) -> Option<String>) -> Result<(), ConfigError> {
         if let Some(format) = var("LAKESTREAM_LOG_FORMAT") {

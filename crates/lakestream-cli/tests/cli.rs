@@ -4,41 +4,62 @@
 mod common;
 
 use std::io::Write;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{BIN, service_config};
+use common::{BIN, Spawned, free_port, service_config, spawn_listening};
 
 struct Dev {
-    child: Child,
+    spawned: Spawned,
     url: String,
     _dir: tempfile::TempDir,
 }
 
 impl Drop for Dev {
     fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        let _ = self.spawned.child.kill();
+        let _ = self.spawned.child.wait();
     }
 }
 
+/// `lakestream dev` on free HTTP and gRPC ports (never a default one: the suite must pass
+/// beside a user's `lakestream dev`), no Kafka front end.
 fn start_dev() -> Dev {
+    start_dev_on(free_port(), free_port())
+}
+
+fn start_dev_on(http_port: u16, grpc_port: u16) -> Dev {
     let dir = tempfile::tempdir().unwrap();
-    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-    let child = Command::new(BIN)
-        .args(["dev", "--kafka-addr", "off", "--http-addr", &format!("127.0.0.1:{port}")])
+    let mut command = Command::new(BIN);
+    command
+        .args(["dev", "--kafka-addr", "off", "--http-addr", &format!("127.0.0.1:{http_port}")])
+        .args(["--grpc-addr", &format!("127.0.0.1:{grpc_port}")])
         .current_dir(dir.path())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let url = format!("http://127.0.0.1:{port}");
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-        assert!(Instant::now() < deadline, "lakestream dev did not listen within 30 s");
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    Dev { child, url, _dir: dir }
+        .stdout(Stdio::piped());
+    let spawned = spawn_listening(command, http_port, "lakestream dev");
+    Dev { spawned, url: format!("http://127.0.0.1:{http_port}"), _dir: dir }
+}
+
+/// A `lakestream dev` that cannot start (its gRPC port is taken, as when a user's `dev`
+/// runs beside the suite) fails the test at once with the child's own error, not with a
+/// timeout that says nothing.
+#[test]
+fn a_dev_that_cannot_start_fails_with_its_stderr() {
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let grpc = taken.local_addr().unwrap().port();
+    let started = Instant::now();
+    let failure = std::panic::catch_unwind(|| start_dev_on(free_port(), grpc)).err().expect("dev started");
+    let message = failure
+        .downcast_ref::<String>()
+        .cloned()
+        .or_else(|| failure.downcast_ref::<&str>().map(|s| s.to_string()))
+        .unwrap_or_default();
+    assert!(message.contains("exited"), "{message}");
+    assert!(
+        message.contains(&format!("127.0.0.1:{grpc}")),
+        "the child's stderr names the taken address: {message}"
+    );
+    assert!(started.elapsed() < Duration::from_secs(20), "it waited {:?}", started.elapsed());
 }
 
 fn lakestream(url: &str, args: &[&str], stdin: &str) -> (bool, String, String) {
@@ -71,11 +92,11 @@ fn dev_serves_the_client_commands_and_shuts_down_gracefully() {
     assert!(!ok && err.contains("404"), "{err}");
 
     // SIGINT: graceful shutdown, exit 0.
-    let pid = dev.child.id().to_string();
+    let pid = dev.spawned.child.id().to_string();
     assert!(Command::new("kill").args(["-INT", &pid]).status().unwrap().success());
     let deadline = Instant::now() + Duration::from_secs(30);
     let status = loop {
-        if let Some(status) = dev.child.try_wait().unwrap() {
+        if let Some(status) = dev.spawned.child.try_wait().unwrap() {
             break status;
         }
         assert!(Instant::now() < deadline, "lakestream dev did not stop within 30 s of SIGINT");
@@ -83,7 +104,7 @@ fn dev_serves_the_client_commands_and_shuts_down_gracefully() {
     };
     assert!(status.success(), "{status}");
     let mut printed = String::new();
-    std::io::Read::read_to_string(&mut dev.child.stdout.take().unwrap(), &mut printed).unwrap();
+    std::io::Read::read_to_string(&mut dev.spawned.child.stdout.take().unwrap(), &mut printed).unwrap();
     assert!(printed.contains("HTTP API:  http://127.0.0.1:"), "dev prints its URLs: {printed}");
 }
 
@@ -93,32 +114,15 @@ fn dev_serves_the_client_commands_and_shuts_down_gracefully() {
 fn json_logs_carry_the_request_id() {
     use std::io::Read;
     let dir = tempfile::tempdir().unwrap();
-    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-    let mut child = Command::new(BIN)
-        .args([
-            "dev",
-            "--log-format",
-            "json",
-            "--grpc-addr",
-            "off",
-            "--kafka-addr",
-            "off",
-            "--http-addr",
-            &format!("127.0.0.1:{port}"),
-        ])
+    let port = free_port();
+    let mut command = Command::new(BIN);
+    command
+        .args(["dev", "--log-format", "json", "--grpc-addr", "off", "--kafka-addr", "off"])
+        .args(["--http-addr", &format!("127.0.0.1:{port}")])
         .current_dir(dir.path())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let mut stream = loop {
-        if let Ok(s) = std::net::TcpStream::connect(("127.0.0.1", port)) {
-            break s;
-        }
-        assert!(Instant::now() < deadline, "lakestream dev did not listen within 30 s");
-        std::thread::sleep(Duration::from_millis(50));
-    };
+        .stdout(Stdio::null());
+    let mut spawned = spawn_listening(command, port, "lakestream dev");
+    let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
     // A failed request is logged ("request failed", with its status) inside its span.
     write!(
         stream,
@@ -129,9 +133,9 @@ fn json_logs_carry_the_request_id() {
     stream.read_to_string(&mut answer).unwrap();
     assert!(answer.starts_with("HTTP/1.1 404"), "{answer}");
     std::thread::sleep(Duration::from_millis(200));
-    let _ = child.kill();
-    let out = child.wait_with_output().unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
+    let _ = spawned.child.kill();
+    let _ = spawned.child.wait();
+    let stderr = spawned.stderr_text();
     let lines: Vec<serde_json::Value> = stderr
         .lines()
         .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l:?}\n{stderr}")))
@@ -206,21 +210,10 @@ fn request_spans_are_exported_over_otlp() {
     let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
     let extra = format!("[tracing]\notlp_endpoint = \"http://{collector_addr}/v1/traces\"\n");
     let config = service_config(dir.path(), port, &extra);
-    let mut child = Command::new(BIN)
-        .args(["serve", "--config"])
-        .arg(&config)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let mut stream = loop {
-        if let Ok(s) = std::net::TcpStream::connect(("127.0.0.1", port)) {
-            break s;
-        }
-        assert!(Instant::now() < deadline, "lakestream serve did not listen within 30 s");
-        std::thread::sleep(Duration::from_millis(50));
-    };
+    let mut command = Command::new(BIN);
+    command.args(["serve", "--config"]).arg(&config).stdout(Stdio::null());
+    let Spawned { child: mut child, .. } = spawn_listening(command, port, "lakestream serve");
+    let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
     write!(
         stream,
         "GET /v1/namespaces/default/streams/none HTTP/1.1\r\nhost: x\r\nx-request-id: trace-otlp-1\r\nconnection: close\r\n\r\n"
@@ -250,7 +243,8 @@ fn request_spans_are_exported_over_otlp() {
 fn dev_applies_the_environment_rule() {
     let dir = tempfile::tempdir().unwrap();
     let out = Command::new(BIN)
-        .args(["dev", "--http-addr", "127.0.0.1:1", "--grpc-addr", "off", "--kafka-addr", "off"])
+        .args(["dev", "--http-addr", &format!("127.0.0.1:{}", free_port()), "--grpc-addr", "off"])
+        .args(["--kafka-addr", "off"])
         .env("LAKESTREAM_WRITER__FLUSH_WINDOW", "soon")
         .current_dir(dir.path())
         .output()

@@ -7,7 +7,7 @@
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -16,13 +16,16 @@ use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD as BASE64;
 use serde_json::{Value, json};
 
-const BIN: &str = env!("CARGO_BIN_EXE_lakestream");
+mod common;
+
+use common::BIN;
 /// How many times the server is killed.
 const KILLS: u64 = 12;
 const PARTITION: &str = "/v1/namespaces/default/streams/crashy/partitions/0";
 
-fn start(data: &Path, port: u16) -> Child {
-    let child = Command::new(BIN)
+fn start(data: &Path, port: u16) -> common::Spawned {
+    let mut command = Command::new(BIN);
+    command
         .args([
             "dev",
             "--grpc-addr",
@@ -34,16 +37,8 @@ fn start(data: &Path, port: u16) -> Child {
             "--data-dir",
         ])
         .arg(data)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while TcpStream::connect(("127.0.0.1", port)).is_err() {
-        assert!(Instant::now() < deadline, "lakestream dev did not listen within 30 s");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    child
+        .stdout(Stdio::null());
+    common::spawn_listening(command, port, "lakestream dev")
 }
 
 /// One HTTP/1.1 request; `Err` when the connection failed or broke (the server was killed).
@@ -75,7 +70,7 @@ fn call(port: u16, method: &str, path: &str, body: &Value) -> std::io::Result<(u
 fn an_idempotent_producer_retrying_through_kill_9_stores_every_entry_exactly_once() {
     let dir = tempfile::tempdir().unwrap();
     let data: PathBuf = dir.path().join("data");
-    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let port = common::free_port();
     let server = Arc::new(Mutex::new(start(&data, port)));
     let (status, body) =
         call(port, "POST", "/v1/namespaces/default/streams", &json!({ "name": "crashy" })).unwrap();
@@ -89,10 +84,10 @@ fn an_idempotent_producer_retrying_through_kill_9_stores_every_entry_exactly_onc
             for round in 0..KILLS {
                 // Kill times spread over a request's life (about 5 to 40 ms here).
                 std::thread::sleep(Duration::from_millis(150 + (round * 37) % 60));
-                let mut child = server.lock().unwrap();
-                child.kill().unwrap(); // SIGKILL
-                child.wait().unwrap();
-                *child = start(&data, port);
+                let mut spawned = server.lock().unwrap();
+                spawned.child.kill().unwrap(); // SIGKILL
+                spawned.child.wait().unwrap();
+                *spawned = start(&data, port);
             }
             done.store(true, Ordering::SeqCst);
         })
@@ -151,7 +146,7 @@ fn an_idempotent_producer_retrying_through_kill_9_stores_every_entry_exactly_onc
     let (_, offsets) = call(port, "GET", &format!("{PARTITION}/offsets"), &Value::Null).unwrap();
     assert_eq!(offsets["next_offset"], next_entry, "nothing beyond the acknowledged entries");
     eprintln!("{request} requests, {next_entry} entries, {retries} retries through {KILLS} kills");
-    let mut child = server.lock().unwrap();
-    let _ = child.kill();
-    let _ = child.wait();
+    let mut spawned = server.lock().unwrap();
+    let _ = spawned.child.kill();
+    let _ = spawned.child.wait();
 }

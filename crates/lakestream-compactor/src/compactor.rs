@@ -10,7 +10,7 @@
 //!    vanishes with the session, so a crashed compactor never blocks a log for longer than
 //!    the session timeout.
 //! 2. **plan** ([`crate::plan`]), finishing interrupted C4 steps first.
-//! 3. **prepare** (C2): read the range's entries from its WAL objects ([`crate::fetch`]: in a
+//! 3. **prepare** (C2): read the range's entries from its WAL objects (the private `fetch` module: in a
 //!    pass over several logs, each object once for all of them, the next objects fetched
 //!    while the current row groups encode), write Parquet files and companions.
 //! 4. **finish**: under a write lease taken through the claim's session, install (C3),

@@ -87,7 +87,7 @@ impl Binding {
 
 /// The bindings this crate implements, which readers accept: the Kafka binding (Appendix A)
 /// and the native binding of every other stream ([`crate::native`]). A file of any other
-/// binding is refused (spec: [Reader] MUST reject an `entrySerDeType` it does not implement).
+/// binding is refused (spec: \[Reader\] MUST reject an `entrySerDeType` it does not implement).
 pub const KNOWN_BINDINGS: &[Binding] = &[crate::kafka::KAFKA_BINDING, crate::native::NATIVE_BINDING];
 
 /// The checks a compacted file name must pass: it ends in `.parquet`, contains `.parquet`

@@ -176,7 +176,7 @@ pub fn count_records(payload: &[u8]) -> Result<u32> {
     count_records_with(payload, Limits::default())
 }
 
-/// The [Writer] payload rules of Appendix A for an entry of a Kafka topic's stream: the payload
+/// The \[Writer\] payload rules of Appendix A for an entry of a Kafka topic's stream: the payload
 /// is one or more complete record batches (checked as [`count_records`] does), and the entry's
 /// record count, when the producer gave one, equals the records in those batches. Returns the
 /// record count the entry takes. A front end calls this for every entry it appends to a Kafka

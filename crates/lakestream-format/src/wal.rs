@@ -477,7 +477,7 @@ impl WalIndex {
     /// `4 + index_length` of them (the whole object will do; bytes after the index region are
     /// not looked at).
     ///
-    /// Enforces the [Writer] and [Reader] rules that need only the index: `index_length` >= 4,
+    /// Enforces the \[Writer\] and \[Reader\] rules that need only the index: `index_length` >= 4,
     /// `index_version` = 3, strict varint32s, `entry_count` >= 1, `record_count` >= 1, each
     /// log ID in one section only, non-negative log IDs, and no bytes left over after the last
     /// section. Payload positions are checked by [`check_payload_region_len`](Self::check_payload_region_len).

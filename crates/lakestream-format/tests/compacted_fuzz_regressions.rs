@@ -2,10 +2,15 @@
 //! Each is a mutated compacted file on which `parquet` 60.1 itself panicked before the reader
 //! checked column-chunk ranges and stopped using `parquet`'s row skipping, or that still panics
 //! inside `parquet`/`arrow` and is contained by the reader. The reader must return an error (or
-//! rows) and never panic.
+//! rows) and never panic, whichever `parquet` version decodes it (the workspace moved from
+//! 60.1 to 58.4, the line `iceberg` builds on; each file is refused on both).
 
 use bytes::Bytes;
-use lakestream_format::compacted::{CompactedFileReader, KNOWN_BINDINGS};
+use lakestream_format::compacted::{
+    self, CompactedFileReader, CompactedFileWriter, KNOWN_BINDINGS, WriteOptions,
+};
+use lakestream_format::kafka::KAFKA_BINDING;
+use parquet::file::metadata::ParquetMetaDataWriter;
 
 /// a footer whose column chunk has a negative offset: `ColumnChunkMetaData::byte_range` asserts (parquet 60.1, metadata/mod.rs:1043).
 const NEGATIVE_COLUMN_OFFSET: &str = concat!(
@@ -88,10 +93,50 @@ fn read_all(hex_text: &str) -> Result<(), lakestream_format::FormatError> {
     Ok(())
 }
 
+/// parquet 60.1 decoded this footer and asserted on the chunk's range; 58.4's footer decoder
+/// refuses it first. Our own range check is pinned by the next test, on a well-formed footer.
 #[test]
 fn compacted_negative_column_offset_is_refused_not_a_panic() {
     let err = read_all(NEGATIVE_COLUMN_OFFSET).unwrap_err();
-    assert!(err.to_string().contains("lies outside the file"), "{err}");
+    assert_eq!(err.class(), lakestream_format::ErrorClass::CorruptData, "{err}");
+}
+
+/// A footer that decodes cleanly but places the column chunk before the file's start or past
+/// its end: the reader checks every chunk's range against the file length on open, before
+/// `parquet` could assert on it.
+#[test]
+fn compacted_column_chunk_outside_the_file_is_refused() {
+    let name = "ls-7-00000000-0000-4000-8000-000000000001.parquet";
+    let mut writer = CompactedFileWriter::new(KAFKA_BINDING, name, WriteOptions::default()).unwrap();
+    for payload in ["first", "second", "third"] {
+        writer.push(Bytes::from(payload)).unwrap();
+    }
+    let file = writer.finish().unwrap();
+    let tail = file.len() - 8;
+    let footer_start = tail - compacted::footer_metadata_len(&file[tail..]).unwrap();
+    let footer = compacted::decode_footer(&file[footer_start..tail]).unwrap();
+    for (offset, why) in [(-5, "a negative offset"), (file.len() as i64, "an offset past the end")] {
+        let row_groups = footer
+            .row_groups()
+            .iter()
+            .map(|group| {
+                let columns = group
+                    .columns()
+                    .iter()
+                    .map(|column| {
+                        let builder = column.clone().into_builder().set_dictionary_page_offset(None);
+                        builder.set_data_page_offset(offset).build().unwrap()
+                    })
+                    .collect();
+                group.clone().into_builder().set_column_metadata(columns).build().unwrap()
+            })
+            .collect();
+        let metadata = footer.as_ref().clone().into_builder().set_row_groups(row_groups).build();
+        let mut mutated = file[..footer_start].to_vec();
+        ParquetMetaDataWriter::new(&mut mutated, &metadata).finish().unwrap();
+        let err = CompactedFileReader::open(Bytes::from(mutated), KNOWN_BINDINGS).unwrap_err();
+        assert!(err.to_string().contains("lies outside the file"), "{why}: {err}");
+    }
 }
 
 #[test]

@@ -1,5 +1,5 @@
 //! The catalog: the Iceberg SQL catalog (`iceberg-catalog-sql`) on SQLite or PostgreSQL,
-//! with the compacted root as its file I/O; and [`Pinned`], which makes one commit attempt
+//! with the compacted root as its file I/O; and `Pinned`, which makes one commit attempt
 //! apply to exactly the table state it was prepared from.
 
 use std::collections::HashMap;

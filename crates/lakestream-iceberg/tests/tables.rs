@@ -8,9 +8,9 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use arrow_array_58::cast::AsArray;
-use arrow_array_58::types::{Int32Type, Int64Type, TimestampMicrosecondType};
-use arrow_array_58::{Array, RecordBatch};
+use arrow_array::cast::AsArray;
+use arrow_array::types::{Int32Type, Int64Type, TimestampMicrosecondType};
+use arrow_array::{Array, RecordBatch};
 use bytes::Bytes;
 use futures::TryStreamExt;
 use lakestream_format::Entry;
@@ -266,8 +266,8 @@ async fn kafka_records_become_rows(db: Db) {
 }
 
 /// A binary or string value (iceberg-rust reads `binary` as LargeBinary), `None` when null.
-fn bytes(array: &arrow_array_58::ArrayRef, i: usize) -> Option<Vec<u8>> {
-    use arrow_schema_58::DataType;
+fn bytes(array: &arrow_array::ArrayRef, i: usize) -> Option<Vec<u8>> {
+    use arrow_schema::DataType;
     if array.is_null(i) {
         return None;
     }

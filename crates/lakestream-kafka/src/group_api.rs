@@ -296,9 +296,10 @@ impl Handler {
                     let commit =
                         OffsetCommit { offset, generation: u64::try_from(generation).unwrap_or(0), metadata };
                     let target = PartitionRef { namespace: NAMESPACE, stream: &topic.stream, partition };
+                    let caller = self.caller();
                     let outcome = match self
                         .api
-                        .commit_offset_with(group_id, target, commit, SameGeneration::Any)
+                        .commit_offset_with(caller, group_id, target, commit, SameGeneration::Any)
                         .await
                     {
                         Ok(_) => Ok(()),
@@ -336,8 +337,12 @@ impl Handler {
         wanted: Option<Vec<(String, Vec<i32>)>>,
     ) -> Result<Vec<(String, Vec<(i32, i64, String)>)>, ResponseError> {
         self.coordinated(group_id).await?;
-        let committed =
-            self.api.group_committed_offsets(NAMESPACE, group_id).await.map_err(|e| group_code_of(&e))?;
+        let caller = self.caller();
+        let committed = self
+            .api
+            .group_committed_offsets(caller, NAMESPACE, group_id)
+            .await
+            .map_err(|e| group_code_of(&e))?;
         let by_stream: HashMap<(&str, usize), (i64, &str)> = committed
             .iter()
             .map(|c| {
@@ -350,7 +355,7 @@ impl Handler {
         let wanted = match wanted {
             Some(w) => w,
             None => {
-                let live = topics::list(&self.api).await.map_err(|e| group_code_of(&e))?;
+                let live = topics::list(&self.api, caller).await.map_err(|e| group_code_of(&e))?;
                 let mut out: BTreeMap<String, Vec<i32>> = BTreeMap::new();
                 for t in &live {
                     for c in committed.iter().filter(|c| c.stream == t.stream) {
@@ -362,7 +367,7 @@ impl Handler {
         };
         let mut result = Vec::with_capacity(wanted.len());
         for (name, partitions) in wanted {
-            let topic = topics::find(&self.api, &name).await.ok().flatten();
+            let topic = topics::find(&self.api, caller, &name).await.ok().flatten();
             let offsets = partitions
                 .into_iter()
                 .map(|p| {
@@ -472,6 +477,7 @@ impl Handler {
         if let Err(e) = self.admit(Permission::Read) {
             return ListGroupsResponse::default().with_error_code(group_code_of(&e).code());
         }
+        let caller = self.caller();
         // Name -> (protocol type, state): recorded groups, then groups with committed offsets
         // only, then the live state of those coordinated here.
         let mut groups: BTreeMap<String, (String, String)> = BTreeMap::new();
@@ -485,7 +491,7 @@ impl Handler {
         }
         let mut after: Option<String> = None;
         loop {
-            let page = match self.api.list_groups(NAMESPACE, after.as_deref(), Some(1000)).await {
+            let page = match self.api.list_groups(caller, NAMESPACE, after.as_deref(), Some(1000)).await {
                 Ok(page) => page,
                 Err(e) if e.kind() == ErrorKind::NotFound => break,
                 Err(e) => return ListGroupsResponse::default().with_error_code(group_code_of(&e).code()),
@@ -559,7 +565,11 @@ impl Handler {
             let view = group.view().await;
             let exists = view.phase != Phase::Empty
                 || view.generation > 0
-                || self.api.group_committed_offsets(NAMESPACE, &id.0).await.is_ok_and(|c| !c.is_empty());
+                || self
+                    .api
+                    .group_committed_offsets(self.caller(), NAMESPACE, &id.0)
+                    .await
+                    .is_ok_and(|c| !c.is_empty());
             if !exists {
                 // Kafka: a group it does not know is Dead; from v6 also GROUP_ID_NOT_FOUND.
                 let out = out.with_group_state(text(Phase::Dead.name()));

@@ -17,7 +17,7 @@ use lakestream_service::api::ReadBatch;
 use lakestream_service::api::{
     Api, ApiError, ApiResult, ErrorKind, FetchParams, Offsets, PartitionRef, ProduceInput, ProduceOptions,
 };
-use lakestream_service::auth::Permission;
+use lakestream_service::auth::{Caller, Permission};
 use tokio::sync::oneshot;
 use tokio::time::Instant;
 use uuid::Uuid;
@@ -45,6 +45,10 @@ pub(crate) struct Handler {
     pub settings: Arc<Settings>,
     pub(crate) shared: Arc<Shared>,
     pub(crate) peer: SocketAddr,
+    /// Who the connection's client is, as authenticated when it connected (Kafka clients
+    /// present no bearer token: with tokens configured, it is anonymous and every request is
+    /// refused).
+    caller: Caller,
 }
 
 pub(crate) fn text(s: impl Into<String>) -> StrBytes {
@@ -117,13 +121,21 @@ impl Batches {
 
 impl Handler {
     pub(crate) fn new(api: Api, settings: Arc<Settings>, shared: Arc<Shared>, peer: SocketAddr) -> Self {
-        Handler { api, settings, shared, peer }
+        let caller = api.authenticate(None).unwrap_or_else(|_| Caller::anonymous());
+        Handler { api, settings, shared, peer, caller }
     }
 
-    /// Auth and the client's rate limit: Kafka clients carry no bearer token, so a
-    /// deployment with tokens refuses them; the rate limit counts the peer's address.
+    /// Admits one request: the connection's caller, the client's rate limit (counting the
+    /// peer's address) and `needed` on the topics' namespace. The operations the request then
+    /// calls check their own permissions against the same caller.
     pub(crate) fn admit(&self, needed: Permission) -> ApiResult<()> {
-        self.api.admit(None, Some(NAMESPACE), needed, Some(self.peer.ip()))
+        self.api.throttle(&self.caller, Some(self.peer.ip()))?;
+        self.api.authorize(&self.caller, Some(NAMESPACE), needed)
+    }
+
+    /// The connection's caller.
+    pub(crate) fn caller(&self) -> &Caller {
+        &self.caller
     }
 
     fn node(&self) -> BrokerId {
@@ -140,7 +152,7 @@ impl Handler {
 
     /// Looks a topic up, creating it when `create` and it does not exist.
     pub(crate) async fn topic(&self, name: &str, create: bool) -> ApiResult<Topic> {
-        if let Some(topic) = topics::find(&self.api, name).await? {
+        if let Some(topic) = topics::find(&self.api, self.caller(), name).await? {
             return Ok(topic);
         }
         if create {
@@ -148,6 +160,7 @@ impl Handler {
             topics::check_name(name)?;
             match topics::create(
                 &self.api,
+                self.caller(),
                 self.settings.tokens.as_ref(),
                 name,
                 self.settings.default_partitions,
@@ -158,7 +171,7 @@ impl Handler {
                 Err(e) if e.kind() == ErrorKind::AlreadyExists => {}
                 other => return other,
             }
-            if let Some(topic) = topics::find(&self.api, name).await? {
+            if let Some(topic) = topics::find(&self.api, self.caller(), name).await? {
                 return Ok(topic);
             }
         }
@@ -227,7 +240,7 @@ impl Handler {
             return response.with_topics(out);
         }
         if all {
-            match topics::list(&self.api).await {
+            match topics::list(&self.api, self.caller()).await {
                 Ok(list) => out.extend(list.into_iter().map(|t| self.metadata_topic(&t.name.clone(), Ok(t)))),
                 Err(e) => tracing::warn!(error = %e, "Kafka Metadata: listing topics failed"),
             }
@@ -243,7 +256,7 @@ impl Handler {
                 }
                 None => {
                     if by_id.is_none() {
-                        by_id = Some(topics::list(&self.api).await.unwrap_or_default());
+                        by_id = Some(topics::list(&self.api, self.caller()).await.unwrap_or_default());
                     }
                     let found = by_id.iter().flatten().find(|t| t.id == requested.topic_id).cloned();
                     out.push(match found {
@@ -461,7 +474,7 @@ impl Handler {
             producer: producer.map(|p| p.sequence(records)).transpose()?,
             ..ProduceOptions::default()
         };
-        let outcomes = self.api.produce_pipelined(target, input, options).await?;
+        let outcomes = self.api.produce_pipelined(self.caller(), target, input, options).await?;
         Ok(async move {
             match outcomes.await?.into_iter().next() {
                 Some(Ok(ack)) => Ok(ack.offset as i64),
@@ -487,11 +500,13 @@ impl Handler {
             max_bytes: Some(max_bytes.max(1)),
             max_wait_ms: wait.as_millis() as u64,
         };
-        self.api.fetch(target, params).await
+        self.api.fetch(self.caller(), target, params).await
     }
 
     async fn offsets(&self, topic: &Topic, partition: usize) -> ApiResult<Offsets> {
-        self.api.offsets(PartitionRef { namespace: NAMESPACE, stream: &topic.stream, partition }).await
+        self.api
+            .offsets(self.caller(), PartitionRef { namespace: NAMESPACE, stream: &topic.stream, partition })
+            .await
     }
 
     /// Appends a read's entries to `f`, their batches' offsets assigned.
@@ -814,7 +829,7 @@ impl Handler {
                 continue;
             }
             if request.validate_only {
-                let exists = topics::find(&self.api, &name).await;
+                let exists = topics::find(&self.api, self.caller(), &name).await;
                 results.push(match exists {
                     Ok(Some(_)) => fail(
                         ResponseError::TopicAlreadyExists.code(),
@@ -826,7 +841,15 @@ impl Handler {
                 continue;
             }
             results.push(
-                match topics::create(&self.api, self.settings.tokens.as_ref(), &name, partitions).await {
+                match topics::create(
+                    &self.api,
+                    self.caller(),
+                    self.settings.tokens.as_ref(),
+                    &name,
+                    partitions,
+                )
+                .await
+                {
                     Ok(topic) => out
                         .with_topic_id(topic.id)
                         .with_num_partitions(topic.partitions as i32)
@@ -863,16 +886,16 @@ impl Handler {
                 continue;
             }
             let found = match &name {
-                Some(name) => topics::find(&self.api, name).await,
+                Some(name) => topics::find(&self.api, self.caller(), name).await,
                 None => {
                     if all.is_none() {
-                        all = Some(topics::list(&self.api).await.unwrap_or_default());
+                        all = Some(topics::list(&self.api, self.caller()).await.unwrap_or_default());
                     }
                     Ok(all.iter().flatten().find(|t| t.id == id).cloned())
                 }
             };
             responses.push(match found {
-                Ok(Some(topic)) => match topics::delete(&self.api, &topic).await {
+                Ok(Some(topic)) => match topics::delete(&self.api, self.caller(), &topic).await {
                     Ok(()) => out.with_name(Some(topic_name(&topic.name))).with_topic_id(topic.id),
                     Err(e) => fail(admin_code_of(&e), e.message().to_owned()),
                 },
@@ -904,7 +927,7 @@ impl Handler {
                 results.push(fail(code_of(e), e.message().to_owned()));
                 continue;
             }
-            let topic = match topics::find(&self.api, &name).await {
+            let topic = match topics::find(&self.api, self.caller(), &name).await {
                 Ok(Some(topic)) => topic,
                 Ok(None) => {
                     results.push(fail(ResponseError::UnknownTopicOrPartition.code(), "no such topic".into()));
@@ -930,7 +953,11 @@ impl Handler {
                 continue;
             }
             results.push(
-                match self.api.add_partitions(NAMESPACE, &topic.stream, Some(t.count as u32), None).await {
+                match self
+                    .api
+                    .add_partitions(self.caller(), NAMESPACE, &topic.stream, Some(t.count as u32), None)
+                    .await
+                {
                     Ok(_) => out,
                     Err(e) => fail(admin_code_of(&e), e.message().to_owned()),
                 },
@@ -960,7 +987,7 @@ impl Handler {
         if let Err(e) = self.admit(Permission::Write) {
             return refuse(code_of(&e));
         }
-        match self.api.new_producer_id().await {
+        match self.api.new_producer_id(self.caller(), NAMESPACE).await {
             Ok(id) => {
                 InitProducerIdResponse::default().with_producer_id(ProducerId(id)).with_producer_epoch(0)
             }

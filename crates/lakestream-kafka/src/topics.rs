@@ -11,6 +11,7 @@ use lakestream_format::kafka::{self as binding, NAMESPACE, TOPIC_ID_SEPARATOR};
 use lakestream_service::TokenSource;
 use lakestream_service::api::Stream;
 use lakestream_service::api::{Api, ApiError, ApiResult, ErrorKind};
+use lakestream_service::auth::Caller;
 use uuid::Uuid;
 
 /// One live topic incarnation.
@@ -51,11 +52,11 @@ fn none_when_missing<T: Default>(result: ApiResult<T>) -> ApiResult<T> {
 
 /// The live incarnation of `name`, if any. Should two exist (two processes created the topic
 /// at once), the one whose stream name sorts first is the topic.
-pub(crate) async fn find(api: &Api, name: &str) -> ApiResult<Option<Topic>> {
+pub(crate) async fn find(api: &Api, caller: &Caller, name: &str) -> ApiResult<Option<Topic>> {
     let prefix = format!("{name}{TOPIC_ID_SEPARATOR}");
     let mut after = prefix.clone();
     loop {
-        let page = match api.list_streams(NAMESPACE, Some(&after), Some(PAGE)).await {
+        let page = match api.list_streams(caller, NAMESPACE, Some(&after), Some(PAGE)).await {
             Err(e) if e.kind() == ErrorKind::NotFound => return Ok(None),
             // A prefix that is not a legal stream name (too long, say) names no topic.
             Err(e) if e.kind() == ErrorKind::InvalidArgument => return Ok(None),
@@ -77,12 +78,13 @@ pub(crate) async fn find(api: &Api, name: &str) -> ApiResult<Option<Topic>> {
 }
 
 /// Every live topic, in name order (the first incarnation of a name only).
-pub(crate) async fn list(api: &Api) -> ApiResult<Vec<Topic>> {
+pub(crate) async fn list(api: &Api, caller: &Caller) -> ApiResult<Vec<Topic>> {
     let mut topics: BTreeMap<String, Topic> = BTreeMap::new();
     let mut after: Option<String> = None;
     loop {
-        let page =
-            none_when_missing(api.list_streams(NAMESPACE, after.as_deref(), Some(PAGE)).await.map(Some))?;
+        let page = none_when_missing(
+            api.list_streams(caller, NAMESPACE, after.as_deref(), Some(PAGE)).await.map(Some),
+        )?;
         let Some(page) = page else { break };
         for topic in page.items.iter().filter_map(topic_of) {
             topics.entry(topic.name.clone()).or_insert(topic);
@@ -115,25 +117,32 @@ fn new_topic_id(tokens: &dyn TokenSource) -> ApiResult<(Uuid, String)> {
 /// incarnation exists, and `InvalidArgument` for an illegal topic name.
 pub(crate) async fn create(
     api: &Api,
+    caller: &Caller,
     tokens: &dyn TokenSource,
     name: &str,
     partitions: u32,
 ) -> ApiResult<Topic> {
     check_name(name)?;
-    if find(api, name).await?.is_some() {
+    if find(api, caller, name).await?.is_some() {
         return Err(ApiError::new(ErrorKind::AlreadyExists, format!("topic {name:?} already exists")));
     }
     let (id, id_text) = new_topic_id(tokens)?;
     let stream = binding::stream_name(name, &id_text).map_err(|e| ApiError::invalid(e.to_string()))?;
-    // The binding's namespace is made on first use.
-    match api.create_namespace(NAMESPACE, BTreeMap::new()).await {
-        Err(e) if e.kind() != ErrorKind::AlreadyExists => return Err(e),
-        _ => {}
-    }
     // The Kafka binding's topic properties (spec Appendix A): the stream's compacted files
     // carry the Kafka identifiers, and its entries must be complete record batches.
     let properties = lakestream_format::kafka::topic_stream_properties(name);
-    let created = api.create_stream(NAMESPACE, &stream, Some(partitions), properties).await?;
+    let created =
+        match api.create_stream(caller, NAMESPACE, &stream, Some(partitions), properties.clone()).await {
+            // The binding's namespace (made at start) was deleted: make it again.
+            Err(e) if e.kind() == ErrorKind::NotFound => {
+                match api.create_namespace(caller, NAMESPACE, BTreeMap::new()).await {
+                    Err(e) if e.kind() != ErrorKind::AlreadyExists => return Err(e),
+                    _ => {}
+                }
+                api.create_stream(caller, NAMESPACE, &stream, Some(partitions), properties).await?
+            }
+            created => created?,
+        };
     Ok(Topic { name: name.to_owned(), id, stream, partitions: created.partition_count() })
 }
 
@@ -148,8 +157,8 @@ pub(crate) fn check_name(name: &str) -> ApiResult<()> {
 }
 
 /// Drops a topic's stream.
-pub(crate) async fn delete(api: &Api, topic: &Topic) -> ApiResult<()> {
-    api.drop_stream(NAMESPACE, &topic.stream).await
+pub(crate) async fn delete(api: &Api, caller: &Caller, topic: &Topic) -> ApiResult<()> {
+    api.drop_stream(caller, NAMESPACE, &topic.stream).await
 }
 
 #[cfg(test)]

@@ -279,9 +279,9 @@ impl OxiaClient {
 
     /// Queues `request` on the ordered write stream of `shard` now, behind every write issued
     /// before, and returns the future of its response. Writes commit in the order of these
-    /// calls. Never retried once sent: a failure after sending is [`WriteFailure::InFlight`]
+    /// calls. Never retried once sent: a failure after sending is [`WriteFailure::InFlight`](crate::write_stream::WriteFailure::InFlight)
     /// (outcome unknown); a write withdrawn unsent (timeout, dropped future) is
-    /// [`WriteFailure::NotSent`].
+    /// [`WriteFailure::NotSent`](crate::write_stream::WriteFailure::NotSent).
     pub fn write(
         &self,
         shard: ShardId,

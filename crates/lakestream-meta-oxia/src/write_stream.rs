@@ -126,7 +126,7 @@ impl WriteCall {
 }
 
 /// Callers of requests that were sent, oldest first: responses come back in this order. One
-/// request may carry the puts of several callers ([`coalesce`]); its response is split back
+/// request may carry the puts of several callers (`coalesce`); its response is split back
 /// among them, each getting its own puts' outcomes.
 #[derive(Debug, Default)]
 pub struct PendingWrites {

@@ -114,7 +114,7 @@ pub trait MetaStore: Send + Sync + Debug {
 
     /// A conditional `Delete(P, k)`: removes the key only while its version is `version`
     /// (Oxia's `expected_version_id` on a delete). A record at another version, or none, is
-    /// [`MetaError::VersionMismatch`] and nothing is removed, so a record rewritten since it
+    /// [`MetaError::VersionMismatch`](crate::MetaError::VersionMismatch) and nothing is removed, so a record rewritten since it
     /// was read is never lost to a delete decided on the old value.
     async fn delete_if_version(&self, partition: &str, key: &str, version: Version) -> MetaResult<()>;
 

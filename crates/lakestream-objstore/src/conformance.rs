@@ -98,7 +98,7 @@ pub async fn put_then_get_returns_the_same_bytes(store: &dyn ObjectStore, prefix
 
 /// Write once: a second `put` of a name fails with `AlreadyExists` (class Conflict) and
 /// leaves the first object unchanged, where the backend can tell. This is how the store backs
-/// the spec's "[Writer] A writer MUST NOT change or overwrite a WAL object after writing it"
+/// the spec's "\[Writer\] A writer MUST NOT change or overwrite a WAL object after writing it"
 /// and its "Write once" operation.
 pub async fn put_refuses_to_overwrite(store: &dyn ObjectStore, prefix: &ObjectPath) {
     let path = at(prefix, "once");

@@ -7,13 +7,14 @@
 //! | GET | `…/streams/{stream}/partitions/{p}/events?offset=&max_bytes=&max_wait_ms=&mode=` | consume as CloudEvents |
 
 use axum::Router;
-use axum::extract::{Path, Query, State};
+use axum::extract::{Extension, Path, Query, State};
 use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use bytes::Bytes;
 use lakestream_cloudevents::{CloudEvent, http as ce_http, json, proto};
 use lakestream_service::api::{ApiError, ErrorKind, FetchParams, PartitionRef};
+use lakestream_service::auth::Caller;
 use lakestream_service::events::{Consumed, NEXT_OFFSET_HEADER, OFFSETS_HEADER};
 use serde::Deserialize;
 
@@ -78,6 +79,7 @@ struct IngestQuery {
 
 async fn ingest_handler(
     State(s): State<AppState>,
+    Extension(caller): Extension<Caller>,
     Path((ns, stream)): Path<(String, String)>,
     query: Result<Query<IngestQuery>, axum::extract::rejection::QueryRejection>,
     headers: HeaderMap,
@@ -92,7 +94,7 @@ async fn ingest_handler(
         })
         .transpose()?;
     let events = decode_request(&headers, &body)?;
-    let results = s.api().ingest_events(&ns, &stream, partition, events).await?;
+    let results = s.api().ingest_events(&caller, &ns, &stream, partition, events).await?;
     Ok((StatusCode::OK, axum::Json(serde_json::json!({ "events": results }))).into_response())
 }
 
@@ -118,6 +120,7 @@ enum ConsumeMode {
 
 async fn consume_handler(
     State(s): State<AppState>,
+    Extension(caller): Extension<Caller>,
     Path((ns, stream, p)): Path<(String, String, String)>,
     query: Result<Query<ConsumeQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Response, HttpError> {
@@ -126,7 +129,7 @@ async fn consume_handler(
         p.parse().map_err(|_| ApiError::invalid(format!("partition {p:?} is not a non-negative integer")))?;
     let target = PartitionRef { namespace: &ns, stream: &stream, partition };
     let params = FetchParams { offset: q.offset, max_bytes: q.max_bytes, max_wait_ms: q.max_wait_ms };
-    let consumed = s.api().consume_events(target, params).await?;
+    let consumed = s.api().consume_events(&caller, target, params).await?;
     Ok(match q.mode {
         ConsumeMode::Structured => structured_response(&consumed),
         ConsumeMode::Binary => binary_response(&consumed)?,

@@ -25,7 +25,7 @@ use std::time::Instant;
 
 use axum::Router;
 use axum::extract::rejection::JsonRejection;
-use axum::extract::{DefaultBodyLimit, FromRequestParts, MatchedPath, State};
+use axum::extract::{DefaultBodyLimit, Extension, FromRequestParts, MatchedPath, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post, put};
@@ -33,6 +33,7 @@ use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD as BASE64;
 use bytes::Bytes;
 use lakestream_service::api::{Namespace, Stream};
+use lakestream_service::auth::{Caller, Operation};
 use serde::{Deserialize, Serialize};
 
 use crate::config::HttpConfig;
@@ -81,35 +82,32 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/namespaces/{ns}/groups/{group}/streams/{stream}", get(group_offsets))
         .route("/v1/namespaces/{ns}/groups/{group}/streams/{stream}/partitions/{p}", put(commit_offset))
         .merge(crate::events::routes())
-        // After routing, so that `authorize` sees the matched route and its decoded parameters.
-        .route_layer(axum::middleware::from_fn_with_state(state.clone(), authorize))
+        // After routing, so that `admit` sees the matched route.
+        .route_layer(axum::middleware::from_fn_with_state(state.clone(), admit))
         .layer(DefaultBodyLimit::max(body_limit))
         .layer(axum::middleware::from_fn_with_state(state.clone(), request_span))
         .with_state(state)
 }
 
-/// Refuses a `/v1` request whose bearer token lacks the permission it needs (when tokens are
-/// configured): 401 without a valid token, 403 with one that does not reach; and one over its
-/// client's rate limit (429). Nothing runs.
+/// Admits a `/v1` request before its body is read: its bearer token (when tokens are
+/// configured; 401 without a valid one), its client's rate limit (429), and the permission of
+/// the operation its route serves on the namespace it names (403), so that a refused caller
+/// learns nothing of what its request would have done. The [`Caller`] goes into the request's
+/// extensions; the operation checks its permission again against it.
 ///
-/// Runs on the matched route, before its body is read. The permission comes from the route's
-/// pattern, the namespace from the router's `{ns}` parameter, percent-decoded by the same
-/// extractor the handlers use: the check and the handler see one namespace. (Reading the raw
-/// path here once let `%`-escapes name one namespace to the check and another to the handler.)
-async fn authorize(
+/// Runs on the matched route. The namespace is the router's `{ns}` parameter, percent-decoded
+/// by the same extractor the handlers use: the check and the handler see one namespace.
+/// (Reading the raw path here once let `%`-escapes name one namespace to the check and another
+/// to the handler.)
+async fn admit(
     State(s): State<AppState>,
     request: axum::extract::Request,
     next: axum::middleware::Next,
 ) -> Response {
-    if !s.api.admission_enabled() {
-        return next.run(request).await;
-    }
-    // A route layer runs only on a matched route, so this is always set; refuse (not pass)
-    // should that ever change.
-    let Some(route) = request.extensions().get::<MatchedPath>() else {
-        return ApiError::new(ErrorKind::Internal, "authorization found no matched route").into_http();
-    };
-    let Some(needed) = lakestream_service::auth::required(request.method(), route.as_str()) else {
+    // A route layer runs only on a matched route; health, readiness and metrics need no caller.
+    let Some(operation) =
+        request.extensions().get::<MatchedPath>().and_then(|r| operation_of(request.method(), r.as_str()))
+    else {
         return next.run(request).await;
     };
     let (mut parts, body) = request.into_parts();
@@ -121,10 +119,54 @@ async fn authorize(
     };
     let header = parts.headers.get(header::AUTHORIZATION).and_then(|v| v.to_str().ok());
     let peer = parts.extensions.get::<crate::listener::PeerAddr>().map(|p| p.0.ip());
-    if let Err(e) = s.api.admit(header, namespace.as_deref(), needed, peer) {
+    let caller = match s.api.admit(header, peer) {
+        Ok(caller) => caller,
+        Err(e) => return e.into_http(),
+    };
+    if let Err(e) = s.api.authorize_operation(&caller, namespace.as_deref(), operation) {
         return e.into_http();
     }
+    parts.extensions.insert(caller);
     next.run(axum::extract::Request::from_parts(parts, body)).await
+}
+
+/// The operation a `/v1` route serves, from its method and pattern (as registered with the
+/// router); `None` outside `/v1`.
+fn operation_of(method: &axum::http::Method, route: &str) -> Option<Operation> {
+    use axum::http::Method;
+    let parts: Vec<&str> = route.trim_matches('/').split('/').collect();
+    if parts.first() != Some(&"v1") || parts.get(1) != Some(&"namespaces") {
+        return None;
+    }
+    let get = method == Method::GET;
+    Some(match (parts.get(3), parts.get(5), parts.get(7)) {
+        (None, _, _) if parts.len() == 2 => {
+            if get {
+                Operation::ListNamespaces
+            } else {
+                Operation::CreateNamespace
+            }
+        }
+        (None, _, _) => Operation::DeleteNamespace,
+        (Some(&"groups"), _, _) if method == Method::PUT => Operation::CommitOffset,
+        (Some(&"groups"), _, _) if parts.len() == 4 => Operation::ListGroups,
+        (Some(&"groups"), _, _) => Operation::GroupOffsets,
+        (Some(&"streams"), Some(&"partitions"), Some(&"entries")) if get => Operation::Fetch,
+        (Some(&"streams"), Some(&"partitions"), Some(&"entries")) => Operation::Produce,
+        (Some(&"streams"), Some(&"partitions"), Some(&"offsets")) => Operation::Offsets,
+        (Some(&"streams"), Some(&"partitions"), Some(&"trim")) => Operation::Trim,
+        (Some(&"streams"), Some(&"partitions"), Some(&"events")) => Operation::ConsumeEvents,
+        (Some(&"streams"), Some(&"partitions"), _) => Operation::AddPartitions,
+        (Some(&"streams"), Some(&"events"), None) => Operation::IngestEvents,
+        (Some(&"streams"), None, _) if parts.len() == 4 && get => Operation::ListStreams,
+        (Some(&"streams"), None, _) if parts.len() == 4 => Operation::CreateStream,
+        (Some(&"streams"), None, _) if get => Operation::GetStream,
+        (Some(&"streams"), None, _) if method == Method::PATCH => Operation::UpdateStream,
+        (Some(&"streams"), None, _) => Operation::DropStream,
+        // A route this table does not know: the strictest permission, so that a new route
+        // cannot open what it should guard (the operation checks its own as well).
+        _ => Operation::CreateNamespace,
+    })
 }
 
 pub use lakestream_service::api::REQUEST_ID;
@@ -335,14 +377,19 @@ struct ListQuery {
 
 async fn create_namespace(
     State(s): State<AppState>,
+    Extension(caller): Extension<Caller>,
     Json(body): Json<CreateNamespace>,
 ) -> ApiResult<Response> {
-    let ns = s.api.create_namespace(&body.name, body.properties).await?;
+    let ns = s.api.create_namespace(&caller, &body.name, body.properties).await?;
     Ok(ok(StatusCode::CREATED, NamespaceJson::from(ns)))
 }
 
-async fn list_namespaces(State(s): State<AppState>, Query(q): Query<ListQuery>) -> ApiResult<Response> {
-    let page = s.api.list_namespaces(q.after.as_deref(), q.limit).await?;
+async fn list_namespaces(
+    State(s): State<AppState>,
+    Extension(caller): Extension<Caller>,
+    Query(q): Query<ListQuery>,
+) -> ApiResult<Response> {
+    let page = s.api.list_namespaces(&caller, q.after.as_deref(), q.limit).await?;
     let items: Vec<NamespaceJson> = page.items.into_iter().map(Into::into).collect();
     Ok(ok(StatusCode::OK, serde_json::json!({ "namespaces": items, "next_page": page.next_page })))
 }
@@ -381,32 +428,39 @@ impl From<Stream> for StreamJson {
 
 async fn create_stream(
     State(s): State<AppState>,
+    Extension(caller): Extension<Caller>,
     Path(ns): Path<String>,
     Json(body): Json<CreateStream>,
 ) -> ApiResult<Response> {
-    let stream = s.api.create_stream(&ns, &body.name, body.partitions, body.properties).await?;
+    let stream = s.api.create_stream(&caller, &ns, &body.name, body.partitions, body.properties).await?;
     Ok(ok(StatusCode::CREATED, StreamJson::from(stream)))
 }
 
 async fn list_streams(
     State(s): State<AppState>,
+    Extension(caller): Extension<Caller>,
     Path(ns): Path<String>,
     Query(q): Query<ListQuery>,
 ) -> ApiResult<Response> {
-    let page = s.api.list_streams(&ns, q.after.as_deref(), q.limit).await?;
+    let page = s.api.list_streams(&caller, &ns, q.after.as_deref(), q.limit).await?;
     let items: Vec<StreamJson> = page.items.into_iter().map(Into::into).collect();
     Ok(ok(StatusCode::OK, serde_json::json!({ "streams": items, "next_page": page.next_page })))
 }
 
 async fn get_stream(
     State(s): State<AppState>,
+    Extension(caller): Extension<Caller>,
     Path((ns, stream)): Path<(String, String)>,
 ) -> ApiResult<Response> {
-    Ok(ok(StatusCode::OK, StreamJson::from(s.api.get_stream(&ns, &stream).await?)))
+    Ok(ok(StatusCode::OK, StreamJson::from(s.api.get_stream(&caller, &ns, &stream).await?)))
 }
 
-async fn delete_namespace(State(s): State<AppState>, Path(ns): Path<String>) -> ApiResult<Response> {
-    s.api.delete_namespace(&ns).await?;
+async fn delete_namespace(
+    State(s): State<AppState>,
+    Extension(caller): Extension<Caller>,
+    Path(ns): Path<String>,
+) -> ApiResult<Response> {
+    s.api.delete_namespace(&caller, &ns).await?;
     Ok(StatusCode::NO_CONTENT.into_response())
 }
 
@@ -420,17 +474,22 @@ struct UpdateStream {
 
 async fn update_stream(
     State(s): State<AppState>,
+    Extension(caller): Extension<Caller>,
     Path((ns, stream)): Path<(String, String)>,
     Json(body): Json<UpdateStream>,
 ) -> ApiResult<Response> {
-    Ok(ok(StatusCode::OK, StreamJson::from(s.api.update_stream(&ns, &stream, body.properties).await?)))
+    Ok(ok(
+        StatusCode::OK,
+        StreamJson::from(s.api.update_stream(&caller, &ns, &stream, body.properties).await?),
+    ))
 }
 
 async fn drop_stream(
     State(s): State<AppState>,
+    Extension(caller): Extension<Caller>,
     Path((ns, stream)): Path<(String, String)>,
 ) -> ApiResult<Response> {
-    s.api.drop_stream(&ns, &stream).await?;
+    s.api.drop_stream(&caller, &ns, &stream).await?;
     Ok(StatusCode::NO_CONTENT.into_response())
 }
 
@@ -445,10 +504,14 @@ struct AddPartitions {
 
 async fn add_partitions(
     State(s): State<AppState>,
+    Extension(caller): Extension<Caller>,
     Path((ns, stream)): Path<(String, String)>,
     Json(body): Json<AddPartitions>,
 ) -> ApiResult<Response> {
-    Ok(ok(StatusCode::OK, StreamJson::from(s.api.add_partitions(&ns, &stream, body.to, body.by).await?)))
+    Ok(ok(
+        StatusCode::OK,
+        StreamJson::from(s.api.add_partitions(&caller, &ns, &stream, body.to, body.by).await?),
+    ))
 }
 
 /// Parses a partition path segment.
@@ -504,6 +567,7 @@ pub const KAFKA_BATCHES: &str = "application/vnd.kafka.record-batch";
 /// other content type: the body is one entry's payload, with `?record_count=N` (default 1).
 async fn produce(
     State(s): State<AppState>,
+    Extension(caller): Extension<Caller>,
     Path((ns, stream, p)): Path<(String, String, String)>,
     Query(q): Query<ProduceQuery>,
     headers: HeaderMap,
@@ -549,7 +613,7 @@ async fn produce(
     };
     let answers: Vec<serde_json::Value> = s
         .api
-        .produce_with(target, input, options)
+        .produce_with(&caller, target, input, options)
         .await?
         .into_iter()
         .map(|outcome| match outcome {
@@ -590,6 +654,7 @@ struct FetchQuery {
 /// [`read_session`]).
 async fn fetch(
     State(s): State<AppState>,
+    Extension(caller): Extension<Caller>,
     Path((ns, stream, p)): Path<(String, String, String)>,
     Query(q): Query<FetchQuery>,
     headers: HeaderMap,
@@ -597,10 +662,10 @@ async fn fetch(
     let target = PartitionRef { namespace: &ns, stream: &stream, partition: partition(&p)? };
     let accept = headers.get(header::ACCEPT).and_then(|v| v.to_str().ok()).unwrap_or_default();
     if accept.contains("text/event-stream") {
-        return read_session(&s, target, &q, &headers).await;
+        return read_session(&s, &caller, target, &q, &headers).await;
     }
     let params = FetchParams { offset: q.offset, max_bytes: q.max_bytes, max_wait_ms: q.max_wait_ms };
-    let batch = s.api.fetch(target, params).await?;
+    let batch = s.api.fetch(&caller, target, params).await?;
     if accept.contains(RAW_ENTRIES) {
         return Ok(raw_entries(&batch));
     }
@@ -711,6 +776,7 @@ impl http_body::Body for Chunks {
 /// ends. Comments keep an idle connection alive every 15 s.
 async fn read_session(
     s: &AppState,
+    caller: &Caller,
     target: PartitionRef<'_>,
     q: &FetchQuery,
     headers: &HeaderMap,
@@ -723,7 +789,7 @@ async fn read_session(
             ApiError::invalid("Last-Event-ID: must be an offset (the id of the last event received)")
         })?,
     };
-    let batches = s.api.read_session(target, offset, q.max_bytes).await?;
+    let batches = s.api.read_session(caller, target, offset, q.max_bytes).await?;
     let events = batches
         .flat_map(|batch| {
             let events: Vec<Event> = match batch {
@@ -756,10 +822,11 @@ async fn read_session(
 
 async fn offsets(
     State(s): State<AppState>,
+    Extension(caller): Extension<Caller>,
     Path((ns, stream, p)): Path<(String, String, String)>,
 ) -> ApiResult<Response> {
     let target = PartitionRef { namespace: &ns, stream: &stream, partition: partition(&p)? };
-    let o = s.api.offsets(target).await?;
+    let o = s.api.offsets(&caller, target).await?;
     Ok(ok(
         StatusCode::OK,
         serde_json::json!({ "first_offset": o.first_offset, "next_offset": o.next_offset, "trim_marker": o.trim_marker }),
@@ -789,6 +856,7 @@ fn committed_json(c: &lakestream_service::groups::CommittedOffset) -> serde_json
 
 async fn commit_offset(
     State(s): State<AppState>,
+    Extension(caller): Extension<Caller>,
     Path((ns, group, stream, p)): Path<(String, String, String, String)>,
     Json(body): Json<CommitBody>,
 ) -> ApiResult<Response> {
@@ -798,17 +866,18 @@ async fn commit_offset(
         generation: body.generation,
         metadata: body.metadata,
     };
-    let committed = s.api.commit_offset(&group, target, commit).await?;
+    let committed = s.api.commit_offset(&caller, &group, target, commit).await?;
     Ok(ok(StatusCode::OK, committed_json(&committed)))
 }
 
 async fn group_offsets(
     State(s): State<AppState>,
+    Extension(caller): Extension<Caller>,
     Path((ns, group, stream)): Path<(String, String, String)>,
 ) -> ApiResult<Response> {
     let partitions: Vec<_> = s
         .api
-        .group_offsets(&ns, &group, &stream)
+        .group_offsets(&caller, &ns, &group, &stream)
         .await?
         .iter()
         .map(|p| {
@@ -825,10 +894,11 @@ async fn group_offsets(
 
 async fn list_groups(
     State(s): State<AppState>,
+    Extension(caller): Extension<Caller>,
     Path(ns): Path<String>,
     Query(q): Query<ListQuery>,
 ) -> ApiResult<Response> {
-    let page = s.api.list_groups(&ns, q.after.as_deref(), q.limit).await?;
+    let page = s.api.list_groups(&caller, &ns, q.after.as_deref(), q.limit).await?;
     Ok(ok(StatusCode::OK, serde_json::json!({ "groups": page.items, "next_page": page.next_page })))
 }
 
@@ -841,11 +911,12 @@ struct TrimBody {
 
 async fn trim(
     State(s): State<AppState>,
+    Extension(caller): Extension<Caller>,
     Path((ns, stream, p)): Path<(String, String, String)>,
     Json(body): Json<TrimBody>,
 ) -> ApiResult<Response> {
     let target = PartitionRef { namespace: &ns, stream: &stream, partition: partition(&p)? };
-    let outcome = s.api.trim(target, body.through).await?;
+    let outcome = s.api.trim(&caller, target, body.through).await?;
     Ok(ok(StatusCode::OK, serde_json::json!({ "trim_marker": outcome.marker, "advanced": outcome.advanced })))
 }
 
@@ -854,6 +925,36 @@ mod tests {
     use http_body_util::BodyExt as _;
 
     use super::*;
+
+    /// Every route of the router maps to the operation its handler calls.
+    #[test]
+    fn routes_map_to_their_operations() {
+        use axum::http::Method;
+        let r = |m: Method, p: &str| operation_of(&m, p);
+        assert_eq!(r(Method::GET, "/healthz"), None);
+        assert_eq!(r(Method::GET, "/metrics"), None);
+        assert_eq!(r(Method::POST, "/v1/namespaces"), Some(Operation::CreateNamespace));
+        assert_eq!(r(Method::GET, "/v1/namespaces"), Some(Operation::ListNamespaces));
+        assert_eq!(r(Method::DELETE, "/v1/namespaces/{ns}"), Some(Operation::DeleteNamespace));
+        assert_eq!(r(Method::POST, "/v1/namespaces/{ns}/streams"), Some(Operation::CreateStream));
+        assert_eq!(r(Method::GET, "/v1/namespaces/{ns}/streams"), Some(Operation::ListStreams));
+        let stream = "/v1/namespaces/{ns}/streams/{stream}";
+        assert_eq!(r(Method::GET, stream), Some(Operation::GetStream));
+        assert_eq!(r(Method::PATCH, stream), Some(Operation::UpdateStream));
+        assert_eq!(r(Method::DELETE, stream), Some(Operation::DropStream));
+        assert_eq!(r(Method::POST, &format!("{stream}/partitions")), Some(Operation::AddPartitions));
+        assert_eq!(r(Method::POST, &format!("{stream}/events")), Some(Operation::IngestEvents));
+        let partition = format!("{stream}/partitions/{{p}}");
+        assert_eq!(r(Method::POST, &format!("{partition}/entries")), Some(Operation::Produce));
+        assert_eq!(r(Method::GET, &format!("{partition}/entries")), Some(Operation::Fetch));
+        assert_eq!(r(Method::POST, &format!("{partition}/trim")), Some(Operation::Trim));
+        assert_eq!(r(Method::GET, &format!("{partition}/offsets")), Some(Operation::Offsets));
+        assert_eq!(r(Method::GET, &format!("{partition}/events")), Some(Operation::ConsumeEvents));
+        assert_eq!(r(Method::GET, "/v1/namespaces/{ns}/groups"), Some(Operation::ListGroups));
+        let group = "/v1/namespaces/{ns}/groups/{group}/streams/{stream}";
+        assert_eq!(r(Method::GET, group), Some(Operation::GroupOffsets));
+        assert_eq!(r(Method::PUT, &format!("{group}/partitions/{{p}}")), Some(Operation::CommitOffset));
+    }
 
     /// Raw frames sent as chunks read back as the frames, whatever the payload sizes.
     #[tokio::test]

@@ -134,11 +134,12 @@ async fn main() -> Result<(), String> {
 
     // The deduplicated path: `Api::ingest_events`, as the HTTP and gRPC APIs call it.
     let dedup_api = lakestream_service::Api::over_stack(stack.clone(), std::time::Duration::from_secs(30));
+    let caller = dedup_api.admit(None, None).map_err(|e| e.to_string())?;
     let dedup = measure(&args, move |producer, request| {
-        let api = dedup_api.clone();
+        let (api, caller) = (dedup_api.clone(), caller.clone());
         async move {
             let events = request_events(producer, request, batch, "dedup");
-            api.ingest_events("default", "bench", None, events).await.expect("ingest").len()
+            api.ingest_events(&caller, "default", "bench", None, events).await.expect("ingest").len()
         }
     })
     .await;

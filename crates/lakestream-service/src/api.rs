@@ -1,7 +1,8 @@
-//! The service layer under both APIs: every operation of the HTTP/JSON API ([`crate::http`])
-//! and the gRPC API ([`crate::grpc`]) as a plain async method of [`Api`], taking typed
-//! arguments and returning typed results or an [`ApiError`]. The transports only parse,
-//! call, and render, so the two APIs cannot drift apart in their rules, limits or metrics.
+//! The service layer under every front end: each operation of the HTTP/JSON and gRPC APIs
+//! (`lakestream-server`), the Kafka protocol (`lakestream-kafka`) and the CloudEvents
+//! bindings as a plain async method of [`Api`], taking typed arguments and returning typed
+//! results or an [`ApiError`]. The front ends only parse, call, and render, so they cannot
+//! drift apart in their rules, permissions, limits or metrics.
 //!
 //! [`ErrorKind`] is the one place that maps an error to its HTTP status, its gRPC code and
 //! its stable machine-readable code:
@@ -46,7 +47,7 @@ use lakestream_reader::{ReadError, Reader};
 pub use lakestream_writer::{AppendAck, TrimOutcome};
 use lakestream_writer::{AppendError, AppendOptions, TrimError, Writer};
 
-use crate::auth::{Denied, Permission};
+use crate::auth::{Caller, Denied, Operation, Permission};
 use crate::groups::{CommittedOffset, GroupStore, OffsetCommit, PartitionLag, SameGeneration};
 use crate::metrics::Metrics;
 use crate::producers::{self, Decision, ProducerSequence, RequestState, StateRecord};
@@ -521,8 +522,8 @@ pub struct FetchParams {
     pub max_wait_ms: u64,
 }
 
-/// The operations of the API over a running [`Stack`], with the metrics both transports
-/// record into.
+/// The operations of the API over the running roles and stores (the service's private
+/// wiring), with the metrics every front end records into.
 #[derive(Debug, Clone)]
 pub struct Api {
     pub(crate) stack: Stack,
@@ -585,7 +586,8 @@ impl Api {
     }
 
     /// A new Kafka producer id (InitProducerId), unique across every process of the deployment.
-    pub async fn new_producer_id(&self) -> ApiResult<i64> {
+    pub async fn new_producer_id(&self, caller: &Caller, namespace: &str) -> ApiResult<i64> {
+        self.authorize_operation(caller, Some(namespace), Operation::NewProducerId)?;
         self.producer_ids.allocate().await
     }
 
@@ -632,56 +634,38 @@ impl Api {
         self.stack.auth.enabled() || self.stack.limiter.enabled()
     }
 
-    /// Checks a bearer token (`authorization` is the header or metadata value) for `needed` on
-    /// `namespace` (`None`: deployment-wide). Passes everything when no token is configured.
-    pub fn authorize(
-        &self,
-        authorization: Option<&str>,
-        namespace: Option<&str>,
-        needed: Permission,
-    ) -> ApiResult<()> {
-        self.token_of(authorization, namespace, needed).map(drop)
+    /// Admits one request: [`Api::authenticate`] what it presents, then [`Api::throttle`]
+    /// its client. The [`Caller`] it returns is what every operation checks its permission
+    /// against.
+    pub fn admit(&self, authorization: Option<&str>, peer: Option<std::net::IpAddr>) -> ApiResult<Caller> {
+        let caller = self.authenticate(authorization)?;
+        self.throttle(&caller, peer)?;
+        Ok(caller)
     }
 
-    /// The name of the token that grants `needed` on `namespace` (`None` when the API is
-    /// open).
-    fn token_of(
-        &self,
-        authorization: Option<&str>,
-        namespace: Option<&str>,
-        needed: Permission,
-    ) -> ApiResult<Option<String>> {
+    /// The caller presenting `authorization` (the HTTP header's or gRPC metadata's value,
+    /// `Bearer …`): any caller when the API is open, else the holder of a configured token
+    /// ([`ErrorKind::Unauthenticated`] without a valid one). A front end whose connections
+    /// authenticate once (Kafka) calls it per connection and [`Api::throttle`] per request.
+    pub fn authenticate(&self, authorization: Option<&str>) -> ApiResult<Caller> {
         if !self.stack.auth.enabled() {
-            return Ok(None);
+            return Ok(Caller::open());
         }
-        match self.stack.auth.check(authorization, namespace, needed) {
-            Ok(token) => {
-                tracing::debug!(%token, "authorized");
-                Ok(Some(token))
-            }
-            Err(Denied::Unauthenticated) => {
-                Err(ApiError::new(ErrorKind::Unauthenticated, "a valid bearer token is required"))
-            }
-            Err(Denied::Forbidden(why)) => Err(ApiError::new(ErrorKind::PermissionDenied, why)),
+        match self.stack.auth.authenticate(authorization) {
+            Ok(grant) => Ok(Caller::token(grant)),
+            Err(_) => Err(ApiError::new(ErrorKind::Unauthenticated, "a valid bearer token is required")),
         }
     }
 
-    /// Admits one API request: [`Api::authorize`], then the client's rate limit. The client
-    /// is the token's name when tokens are configured, else the peer's IP address, so one
+    /// Applies the client's rate limit to one request of `caller` from `peer`. The client is
+    /// the token's name when tokens are configured, else the peer's IP address, so one
     /// token's callers share one budget wherever they connect from.
-    pub fn admit(
-        &self,
-        authorization: Option<&str>,
-        namespace: Option<&str>,
-        needed: Permission,
-        peer: Option<std::net::IpAddr>,
-    ) -> ApiResult<()> {
-        let token = self.token_of(authorization, namespace, needed)?;
+    pub fn throttle(&self, caller: &Caller, peer: Option<std::net::IpAddr>) -> ApiResult<()> {
         let limiter = &self.stack.limiter;
         if !limiter.enabled() {
             return Ok(());
         }
-        let client = match (&token, peer) {
+        let client = match (caller.token_name(), peer) {
             (Some(name), _) => format!("token:{name}"),
             (None, Some(ip)) => format!("ip:{ip}"),
             (None, None) => "unknown".to_owned(),
@@ -693,6 +677,31 @@ impl Api {
                 format!("rate limit exceeded for {client}; retry in {} ms", wait.as_millis().max(1)),
             )
         })
+    }
+
+    /// Refuses `caller` unless it may run `operation` on `namespace` (`None`: every
+    /// namespace). Every operation calls it first; a transport may call it before decoding a
+    /// request's body.
+    pub fn authorize_operation(
+        &self,
+        caller: &Caller,
+        namespace: Option<&str>,
+        operation: Operation,
+    ) -> ApiResult<()> {
+        self.authorize(caller, namespace, operation.permission())
+    }
+
+    /// Refuses `caller` unless it holds `needed` on `namespace` (`None`: every namespace).
+    /// Every operation calls it first; a front end calls it for what it serves from state
+    /// of its own (the Kafka front end's consumer groups).
+    pub fn authorize(&self, caller: &Caller, namespace: Option<&str>, needed: Permission) -> ApiResult<()> {
+        match caller.permits(namespace, needed) {
+            Ok(()) => Ok(()),
+            Err(Denied::Unauthenticated) => {
+                Err(ApiError::new(ErrorKind::Unauthenticated, "a valid bearer token is required"))
+            }
+            Err(Denied::Forbidden(why)) => Err(ApiError::new(ErrorKind::PermissionDenied, why)),
+        }
     }
 
     /// Marks the service as draining (a graceful shutdown started): [`Api::ready`] fails
@@ -754,9 +763,11 @@ impl Api {
     /// Creates a namespace.
     pub async fn create_namespace(
         &self,
+        caller: &Caller,
         name: &str,
         properties: BTreeMap<String, String>,
     ) -> ApiResult<Namespace> {
+        self.authorize_operation(caller, None, Operation::CreateNamespace)?;
         self.catalog_role()?;
         Ok(self.stack.catalog.create_namespace(name, properties).await?)
     }
@@ -764,20 +775,24 @@ impl Api {
     /// Lists namespaces after `after`, at most `limit` (default [`DEFAULT_PAGE`]).
     pub async fn list_namespaces(
         &self,
+        caller: &Caller,
         after: Option<&str>,
         limit: Option<usize>,
     ) -> ApiResult<Page<Namespace>> {
+        self.authorize_operation(caller, None, Operation::ListNamespaces)?;
         Ok(self.stack.catalog.list_namespaces(after, page_limit(limit)?).await?)
     }
 
     /// Creates a stream with `partitions` partitions (default 1).
     pub async fn create_stream(
         &self,
+        caller: &Caller,
         namespace: &str,
         name: &str,
         partitions: Option<u32>,
         properties: BTreeMap<String, String>,
     ) -> ApiResult<Stream> {
+        self.authorize_operation(caller, Some(namespace), Operation::CreateStream)?;
         self.catalog_role()?;
         crate::background::retention::policy_of(&properties).map_err(ApiError::invalid)?;
         crate::background::tables::check_property(&properties).map_err(ApiError::invalid)?;
@@ -788,10 +803,12 @@ impl Api {
     /// retention properties (`retention_ms`, `retention_bytes`) are checked first.
     pub async fn update_stream(
         &self,
+        caller: &Caller,
         namespace: &str,
         name: &str,
         changes: BTreeMap<String, Option<String>>,
     ) -> ApiResult<Stream> {
+        self.authorize_operation(caller, Some(namespace), Operation::UpdateStream)?;
         self.catalog_role()?;
         let mut after = self.stack.catalog.get_stream(namespace, name).await?.properties;
         for (k, v) in &changes {
@@ -806,28 +823,33 @@ impl Api {
     }
 
     /// Deletes a namespace that holds no live stream (409 while it holds one).
-    pub async fn delete_namespace(&self, name: &str) -> ApiResult<()> {
+    pub async fn delete_namespace(&self, caller: &Caller, name: &str) -> ApiResult<()> {
+        self.authorize_operation(caller, Some(name), Operation::DeleteNamespace)?;
         self.catalog_role()?;
         Ok(self.stack.catalog.delete_namespace(name).await?)
     }
 
     /// Describes a stream.
-    pub async fn get_stream(&self, namespace: &str, name: &str) -> ApiResult<Stream> {
+    pub async fn get_stream(&self, caller: &Caller, namespace: &str, name: &str) -> ApiResult<Stream> {
+        self.authorize_operation(caller, Some(namespace), Operation::GetStream)?;
         Ok(self.stack.catalog.get_stream(namespace, name).await?)
     }
 
     /// Lists a namespace's streams after `after`, at most `limit` (default [`DEFAULT_PAGE`]).
     pub async fn list_streams(
         &self,
+        caller: &Caller,
         namespace: &str,
         after: Option<&str>,
         limit: Option<usize>,
     ) -> ApiResult<Page<Stream>> {
+        self.authorize_operation(caller, Some(namespace), Operation::ListStreams)?;
         Ok(self.stack.catalog.list_streams(namespace, after, page_limit(limit)?).await?)
     }
 
     /// Drops a stream.
-    pub async fn drop_stream(&self, namespace: &str, name: &str) -> ApiResult<()> {
+    pub async fn drop_stream(&self, caller: &Caller, namespace: &str, name: &str) -> ApiResult<()> {
+        self.authorize_operation(caller, Some(namespace), Operation::DropStream)?;
         self.catalog_role()?;
         // Deleting the stream's logs waits until no lease of them remains: let this
         // process's writer give up its unused leases now rather than after its idle period.
@@ -840,11 +862,13 @@ impl Api {
     /// Grows a stream: to at least `to` partitions, or by `by`; exactly one must be given.
     pub async fn add_partitions(
         &self,
+        caller: &Caller,
         namespace: &str,
         name: &str,
         to: Option<u32>,
         by: Option<u32>,
     ) -> ApiResult<Stream> {
+        self.authorize_operation(caller, Some(namespace), Operation::AddPartitions)?;
         self.catalog_role()?;
         let growth = match (to, by) {
             (Some(to), None) => Growth::To(to),
@@ -855,7 +879,7 @@ impl Api {
     }
 
     /// Resolves a partition of a stream to its log through the catalog.
-    pub async fn log_of(&self, target: PartitionRef<'_>) -> ApiResult<LogRef> {
+    pub(crate) async fn log_of(&self, target: PartitionRef<'_>) -> ApiResult<LogRef> {
         Ok(self.partition_of(target).await?.1)
     }
 
@@ -902,10 +926,11 @@ impl Api {
     /// nothing. When every entry fails, the first failure is the answer.
     pub async fn produce(
         &self,
+        caller: &Caller,
         target: PartitionRef<'_>,
         input: ProduceInput,
     ) -> ApiResult<Vec<EntryOutcome>> {
-        self.produce_with(target, input, ProduceOptions::default()).await
+        self.produce_with(caller, target, input, ProduceOptions::default()).await
     }
 
     /// [`Api::produce`] under conditions: an expected next offset and an idempotent
@@ -913,11 +938,12 @@ impl Api {
     /// refusal is the whole answer.
     pub async fn produce_with(
         &self,
+        caller: &Caller,
         target: PartitionRef<'_>,
         input: ProduceInput,
         options: ProduceOptions,
     ) -> ApiResult<Vec<EntryOutcome>> {
-        self.produce_pipelined(target, input, options).await?.await
+        self.produce_pipelined(caller, target, input, options).await?.await
     }
 
     /// [`Api::produce_with`] in two steps, for pipelining: the call returns once the request
@@ -927,10 +953,12 @@ impl Api {
     /// completed before the call returns.
     pub async fn produce_pipelined(
         &self,
+        caller: &Caller,
         target: PartitionRef<'_>,
         input: ProduceInput,
         options: ProduceOptions,
     ) -> ApiResult<futures::future::BoxFuture<'static, ApiResult<Vec<EntryOutcome>>>> {
+        self.authorize_operation(caller, Some(target.namespace), Operation::Produce)?;
         use futures::FutureExt as _;
         let (stream, log) = self.partition_of(target).await?;
         let w = self.writer()?;
@@ -1118,7 +1146,13 @@ impl Api {
     }
 
     /// Reads whole entries of a partition from an offset.
-    pub async fn fetch(&self, target: PartitionRef<'_>, params: FetchParams) -> ApiResult<ReadBatch> {
+    pub async fn fetch(
+        &self,
+        caller: &Caller,
+        target: PartitionRef<'_>,
+        params: FetchParams,
+    ) -> ApiResult<ReadBatch> {
+        self.authorize_operation(caller, Some(target.namespace), Operation::Fetch)?;
         let log = self.log_of(target).await?;
         let r = self.reader()?;
         let (max_bytes, wait) = self.fetch_limits(&params)?;
@@ -1155,10 +1189,12 @@ impl Api {
     /// slows its session down (HTTP/2 and TCP windows) instead of growing a queue.
     pub async fn read_session(
         &self,
+        caller: &Caller,
         target: PartitionRef<'_>,
         offset: u64,
         max_bytes: Option<usize>,
     ) -> ApiResult<futures::stream::BoxStream<'static, ApiResult<ReadBatch>>> {
+        self.authorize_operation(caller, Some(target.namespace), Operation::Fetch)?;
         use futures::StreamExt as _;
         let log = self.log_of(target).await?;
         self.reader()?;
@@ -1195,7 +1231,8 @@ impl Api {
     }
 
     /// A partition's first and next offsets and trim marker.
-    pub async fn offsets(&self, target: PartitionRef<'_>) -> ApiResult<Offsets> {
+    pub async fn offsets(&self, caller: &Caller, target: PartitionRef<'_>) -> ApiResult<Offsets> {
+        self.authorize_operation(caller, Some(target.namespace), Operation::Offsets)?;
         let log = self.log_of(target).await?;
         let r = self.reader()?;
         Ok(Offsets {
@@ -1206,7 +1243,13 @@ impl Api {
     }
 
     /// Soft-trims a partition through `through` (inclusive).
-    pub async fn trim(&self, target: PartitionRef<'_>, through: u64) -> ApiResult<TrimOutcome> {
+    pub async fn trim(
+        &self,
+        caller: &Caller,
+        target: PartitionRef<'_>,
+        through: u64,
+    ) -> ApiResult<TrimOutcome> {
+        self.authorize_operation(caller, Some(target.namespace), Operation::Trim)?;
         let log = self.log_of(target).await?;
         Ok(self.writer()?.soft_trim(log.log_id, through).await?)
     }
@@ -1219,22 +1262,25 @@ impl Api {
     /// partition's next offset. Records the group's lag in the metrics.
     pub async fn commit_offset(
         &self,
+        caller: &Caller,
         group: &str,
         target: PartitionRef<'_>,
         commit: OffsetCommit,
     ) -> ApiResult<CommittedOffset> {
-        self.commit_offset_with(group, target, commit, SameGeneration::Forward).await
+        self.commit_offset_with(caller, group, target, commit, SameGeneration::Forward).await
     }
 
     /// [`Api::commit_offset`], with `same` deciding whether a commit of the stored generation
     /// may move the offset back (the Kafka front end's coordinator lets it, as Kafka does).
     pub async fn commit_offset_with(
         &self,
+        caller: &Caller,
         group: &str,
         target: PartitionRef<'_>,
         commit: OffsetCommit,
         same: SameGeneration,
     ) -> ApiResult<CommittedOffset> {
+        self.authorize_operation(caller, Some(target.namespace), Operation::CommitOffset)?;
         crate::groups::check_group_id(group)?;
         let log = self.log_of(target).await?;
         let next = self.reader()?.next_offset(log.log_id).await?;
@@ -1261,10 +1307,12 @@ impl Api {
     /// committed nothing in the namespace is [`ErrorKind::NotFound`].
     pub async fn group_offsets(
         &self,
+        caller: &Caller,
         namespace: &str,
         group: &str,
         stream: &str,
     ) -> ApiResult<Vec<PartitionLag>> {
+        self.authorize_operation(caller, Some(namespace), Operation::GroupOffsets)?;
         let store = GroupStore::new(self.stack.meta.as_ref());
         if !store.exists(namespace, group).await? {
             return Err(ApiError::new(
@@ -1290,19 +1338,23 @@ impl Api {
     /// nothing), whatever the streams: those of dropped streams too.
     pub async fn group_committed_offsets(
         &self,
+        caller: &Caller,
         namespace: &str,
         group: &str,
     ) -> ApiResult<Vec<CommittedOffset>> {
+        self.authorize_operation(caller, Some(namespace), Operation::GroupOffsets)?;
         GroupStore::new(self.stack.meta.as_ref()).offsets(namespace, group).await
     }
 
     /// The groups of a namespace after `after`, at most `limit` (default [`DEFAULT_PAGE`]).
     pub async fn list_groups(
         &self,
+        caller: &Caller,
         namespace: &str,
         after: Option<&str>,
         limit: Option<usize>,
     ) -> ApiResult<Page<String>> {
+        self.authorize_operation(caller, Some(namespace), Operation::ListGroups)?;
         let limit = page_limit(limit)?;
         self.stack.catalog.get_namespace(namespace).await?;
         let (items, more) = GroupStore::new(self.stack.meta.as_ref()).list(namespace, after, limit).await?;

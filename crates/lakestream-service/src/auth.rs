@@ -1,21 +1,25 @@
-//! Bearer-token authentication with per-namespace permissions.
+//! Bearer-token authentication with per-namespace permissions: who a caller is
+//! ([`Caller`], resolved once per request by [`crate::Api::admit`]) and what each operation
+//! needs (every operation of [`crate::Api`] checks its own permission, so a front end cannot
+//! get it wrong).
 //!
 //! With no tokens configured the API is open (what `lakestream dev` runs). With tokens, every
-//! `/v1` request must carry `Authorization: Bearer <token>`, and the token must grant the
-//! permission the operation needs on the namespace it touches:
+//! request must carry `Authorization: Bearer <token>` (HTTP header, gRPC metadata), and the
+//! token must grant the permission the operation needs on the namespace it touches:
 //!
 //! | operation | permission |
 //! |---|---|
 //! | list namespaces, create a namespace | `read` / `admin` on `*` |
-//! | get or list streams, fetch, offsets | `read` on the namespace |
-//! | produce, soft trim | `write` on the namespace |
-//! | create or drop a stream, add partitions | `admin` on the namespace |
+//! | get or list streams, fetch, offsets, read sessions, consume events | `read` on the namespace |
+//! | consumer groups: list, committed offsets, commit | `read` on the namespace |
+//! | produce, soft trim, ingest events | `write` on the namespace |
+//! | create, change or drop a stream, add partitions, delete a namespace | `admin` on the namespace |
 //!
 //! `admin` implies `write`, which implies `read`. A grant on `*` applies to every namespace.
 //! A grant names the namespace itself (`"team a%"`), never its URL encoding: HTTP requests are
 //! checked against the percent-decoded `{ns}` the handlers use, gRPC calls against the
-//! request's `namespace` field. Health, readiness and metrics need no token. Tokens are compared in constant time and never
-//! printed (their `Debug` is masked).
+//! request's `namespace` field. Health, readiness and metrics need no token. Tokens are
+//! compared in constant time and never printed (their `Debug` is masked).
 
 use std::collections::BTreeMap;
 
@@ -68,12 +72,18 @@ pub struct AuthConfig {
     pub tokens: Vec<TokenConfig>,
 }
 
-/// A resolved token.
+/// A resolved token: its name and what it grants.
 #[derive(Clone)]
-struct Grant {
+pub struct Grant {
     name: String,
     secret: Vec<u8>,
     namespaces: BTreeMap<String, Permission>,
+}
+
+impl std::fmt::Debug for Grant {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Grant").field("name", &self.name).field("namespaces", &self.namespaces).finish()
+    }
 }
 
 /// The tokens a service accepts, resolved at start.
@@ -136,6 +146,18 @@ impl Authenticator {
         !self.grants.is_empty()
     }
 
+    /// The grant of the token `authorization` (the header's value, `Bearer …`) presents.
+    pub fn authenticate(&self, authorization: Option<&str>) -> Result<&Grant, Denied> {
+        let presented = authorization
+            .and_then(|h| h.strip_prefix("Bearer ").or_else(|| h.strip_prefix("bearer ")))
+            .map(str::trim)
+            .ok_or(Denied::Unauthenticated)?;
+        self.grants
+            .iter()
+            .find(|g| constant_time_eq(&g.secret, presented.as_bytes()))
+            .ok_or(Denied::Unauthenticated)
+    }
+
     /// Checks `authorization` (the header's value) for `needed` on `namespace` (`None` for
     /// deployment-wide operations, which need a grant on `*`). Returns the token's name.
     pub fn check(
@@ -144,28 +166,172 @@ impl Authenticator {
         namespace: Option<&str>,
         needed: Permission,
     ) -> Result<String, Denied> {
-        let presented = authorization
-            .and_then(|h| h.strip_prefix("Bearer ").or_else(|| h.strip_prefix("bearer ")))
-            .map(str::trim)
-            .ok_or(Denied::Unauthenticated)?;
-        let grant = self
-            .grants
-            .iter()
-            .find(|g| constant_time_eq(&g.secret, presented.as_bytes()))
-            .ok_or(Denied::Unauthenticated)?;
+        let grant = self.authenticate(authorization)?;
+        grant.permits(namespace, needed)?;
+        Ok(grant.name.clone())
+    }
+}
+
+impl Grant {
+    /// The token's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Whether this grant gives `needed` on `namespace` (`None`: every namespace, which needs a
+    /// grant on `*`); the refusal names what was needed.
+    pub fn permits(&self, namespace: Option<&str>, needed: Permission) -> Result<(), Denied> {
         let granted = namespace
-            .and_then(|ns| grant.namespaces.get(ns))
+            .and_then(|ns| self.namespaces.get(ns))
             .into_iter()
-            .chain(grant.namespaces.get("*"))
+            .chain(self.namespaces.get("*"))
             .max()
             .copied();
         match granted {
-            Some(p) if p >= needed => Ok(grant.name.clone()),
+            Some(p) if p >= needed => Ok(()),
             _ => Err(Denied::Forbidden(format!(
                 "token {:?} lacks {needed:?} permission on {}",
-                grant.name,
+                self.name,
                 namespace.map_or("every namespace (*)".to_string(), |ns| format!("namespace {ns:?}"))
             ))),
+        }
+    }
+}
+
+/// The operations of the API, each with the permission it needs: the one table of
+/// permissions. Every operation of [`crate::Api`] checks its own; a transport may check one
+/// before it decodes a request's body ([`crate::Api::authorize_operation`]), so that a caller
+/// without the permission learns nothing about what its request would have done.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Operation {
+    /// List namespaces (every namespace: a grant on `*`).
+    ListNamespaces,
+    /// Create a namespace (a grant on `*`).
+    CreateNamespace,
+    /// Delete a namespace.
+    DeleteNamespace,
+    /// List a namespace's streams.
+    ListStreams,
+    /// Describe a stream.
+    GetStream,
+    /// Create a stream.
+    CreateStream,
+    /// Change a stream's properties.
+    UpdateStream,
+    /// Drop a stream.
+    DropStream,
+    /// Add partitions to a stream.
+    AddPartitions,
+    /// Append entries (plain, conditional, idempotent, in sessions).
+    Produce,
+    /// Read entries (fetches and read sessions).
+    Fetch,
+    /// A partition's offsets.
+    Offsets,
+    /// Soft-trim a partition.
+    Trim,
+    /// List a namespace's consumer groups.
+    ListGroups,
+    /// A group's committed offsets and lag.
+    GroupOffsets,
+    /// Commit a group's offset.
+    CommitOffset,
+    /// Ingest CloudEvents.
+    IngestEvents,
+    /// Consume a partition as CloudEvents.
+    ConsumeEvents,
+    /// Take a Kafka producer id, to produce into a namespace.
+    NewProducerId,
+}
+
+impl Operation {
+    /// The permission the operation needs on the namespace it touches.
+    pub fn permission(self) -> Permission {
+        match self {
+            Operation::ListNamespaces
+            | Operation::ListStreams
+            | Operation::GetStream
+            | Operation::Fetch
+            | Operation::Offsets
+            | Operation::ConsumeEvents
+            // Consumers list groups, read and commit their offsets with read access.
+            | Operation::ListGroups
+            | Operation::GroupOffsets
+            | Operation::CommitOffset => Permission::Read,
+            Operation::Produce | Operation::Trim | Operation::IngestEvents | Operation::NewProducerId => {
+                Permission::Write
+            }
+            Operation::CreateNamespace
+            | Operation::DeleteNamespace
+            | Operation::CreateStream
+            | Operation::UpdateStream
+            | Operation::DropStream
+            | Operation::AddPartitions => Permission::Admin,
+        }
+    }
+}
+
+/// Who calls an operation: the principal a front end presented, as [`crate::Api::admit`]
+/// resolved it (front ends cannot make one otherwise). Every operation checks its permission
+/// against it.
+#[derive(Clone)]
+pub struct Caller {
+    principal: Principal,
+}
+
+#[derive(Clone)]
+enum Principal {
+    /// No token is configured: every caller may do everything.
+    Open,
+    /// A caller that presented no valid credentials where they are needed: refused
+    /// everything.
+    Anonymous,
+    /// A token's grants.
+    Token(std::sync::Arc<Grant>),
+}
+
+impl std::fmt::Debug for Caller {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.principal {
+            Principal::Open => f.write_str("Caller(open)"),
+            Principal::Anonymous => f.write_str("Caller(anonymous)"),
+            Principal::Token(g) => write!(f, "Caller(token {:?})", g.name),
+        }
+    }
+}
+
+impl Caller {
+    /// A caller of an open API (no tokens configured).
+    pub(crate) fn open() -> Caller {
+        Caller { principal: Principal::Open }
+    }
+
+    /// A caller that presented no valid credentials: every operation refuses it as
+    /// unauthenticated. For front ends whose connections are refused request by request (a
+    /// Kafka client without credentials where tokens are configured).
+    pub fn anonymous() -> Caller {
+        Caller { principal: Principal::Anonymous }
+    }
+
+    /// A caller presenting a token with `grant`.
+    pub(crate) fn token(grant: &Grant) -> Caller {
+        Caller { principal: Principal::Token(std::sync::Arc::new(grant.clone())) }
+    }
+
+    /// The token's name, when the caller presented one.
+    pub fn token_name(&self) -> Option<&str> {
+        match &self.principal {
+            Principal::Open | Principal::Anonymous => None,
+            Principal::Token(g) => Some(&g.name),
+        }
+    }
+
+    /// Whether the caller may do what needs `needed` on `namespace` (`None`: every namespace).
+    pub fn permits(&self, namespace: Option<&str>, needed: Permission) -> Result<(), Denied> {
+        match &self.principal {
+            Principal::Open => Ok(()),
+            Principal::Anonymous => Err(Denied::Unauthenticated),
+            Principal::Token(grant) => grant.permits(namespace, needed),
         }
     }
 }
@@ -176,31 +342,6 @@ fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
         return false;
     }
     a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
-}
-
-/// The permission a request needs, from its method and the pattern of the route it matched
-/// (`/v1/namespaces/{ns}/streams/{stream}`, as registered with the router); `None` for routes
-/// outside `/v1`, which need no token. The namespace is not read from the path here: the
-/// caller takes the router's decoded `{ns}` parameter, the value the handlers use (a route
-/// without one needs a grant on `*`).
-pub fn required(method: &http::Method, route: &str) -> Option<Permission> {
-    let parts: Vec<&str> = route.trim_matches('/').split('/').collect();
-    if parts.first() != Some(&"v1") || parts.get(1) != Some(&"namespaces") {
-        return None;
-    }
-    let read_or = |p: Permission| if method == http::Method::GET { Permission::Read } else { p };
-    let permission = match (parts.get(3), parts.get(5), parts.get(7)) {
-        // …/groups…: consumers list groups, read and commit their offsets with read access.
-        (Some(&"groups"), _, _) => Permission::Read,
-        // …/partitions/{p}/entries|offsets|trim|events: produce and trim write; reads read.
-        (Some(&"streams"), Some(&"partitions"), Some(&"trim")) => Permission::Write,
-        (Some(&"streams"), Some(&"partitions"), Some(_)) => read_or(Permission::Write),
-        // …/streams/{stream}/events: CloudEvents ingest writes.
-        (Some(&"streams"), Some(&"events"), None) => read_or(Permission::Write),
-        // Namespaces and streams: create, drop and add partitions are admin; reads are read.
-        _ => read_or(Permission::Admin),
-    };
-    Some(permission)
 }
 
 #[cfg(test)]
@@ -246,30 +387,6 @@ mod tests {
             a.check(Some("Basic abc"), Some("default"), Permission::Read),
             Err(Denied::Unauthenticated)
         );
-    }
-
-    #[test]
-    fn routes_map_to_permissions() {
-        use http::Method;
-        let r = |m: Method, p: &str| required(&m, p);
-        assert_eq!(r(Method::GET, "/healthz"), None);
-        assert_eq!(r(Method::GET, "/metrics"), None);
-        assert_eq!(r(Method::POST, "/v1/namespaces"), Some(Permission::Admin));
-        assert_eq!(r(Method::GET, "/v1/namespaces"), Some(Permission::Read));
-        assert_eq!(r(Method::POST, "/v1/namespaces/{ns}/streams"), Some(Permission::Admin));
-        assert_eq!(r(Method::GET, "/v1/namespaces/{ns}/streams"), Some(Permission::Read));
-        assert_eq!(r(Method::DELETE, "/v1/namespaces/{ns}/streams/{stream}"), Some(Permission::Admin));
-        assert_eq!(
-            r(Method::POST, "/v1/namespaces/{ns}/streams/{stream}/partitions"),
-            Some(Permission::Admin)
-        );
-        let partition = "/v1/namespaces/{ns}/streams/{stream}/partitions/{p}";
-        assert_eq!(r(Method::POST, &format!("{partition}/entries")), Some(Permission::Write));
-        assert_eq!(r(Method::GET, &format!("{partition}/entries")), Some(Permission::Read));
-        assert_eq!(r(Method::POST, &format!("{partition}/trim")), Some(Permission::Write));
-        assert_eq!(r(Method::GET, &format!("{partition}/offsets")), Some(Permission::Read));
-        assert_eq!(r(Method::GET, &format!("{partition}/events")), Some(Permission::Read));
-        assert_eq!(r(Method::POST, "/v1/namespaces/{ns}/streams/{stream}/events"), Some(Permission::Write));
     }
 
     #[test]

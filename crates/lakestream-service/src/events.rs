@@ -28,6 +28,7 @@ use lakestream_format::{Entry, ErrorClass, LogRef};
 use serde::Serialize;
 
 use crate::api::{Api, ApiError, ApiResult, ErrorKind, FetchParams, PartitionRef};
+use crate::auth::{Caller, Operation};
 use crate::stack::Stack;
 
 /// The `type` of a synthesized envelope around a record that is not a CloudEvent.
@@ -83,11 +84,13 @@ impl Api {
     /// [`ErrorKind::InFlight`] (naming its index and when to retry), having appended nothing.
     pub async fn ingest_events(
         &self,
+        caller: &Caller,
         namespace: &str,
         stream: &str,
         partition: Option<u32>,
         events: Vec<CloudEvent>,
     ) -> ApiResult<Vec<EventResult>> {
+        self.authorize_operation(caller, Some(namespace), Operation::IngestEvents)?;
         let outcome = self.ingest(namespace, stream, partition, events).await;
         let m = &self.metrics;
         match &outcome {
@@ -292,7 +295,7 @@ pub struct ServedEvent {
     pub event: CloudEvent,
 }
 
-/// What [`consume`] read.
+/// What a consume read ([`crate::Api::consume_events`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Consumed {
     /// The events from the requested offset on, in offset order.
@@ -308,7 +311,13 @@ impl Api {
     /// event format. Records stored with valid `ce_` headers come back as stored; any other
     /// record, and any entry that is not uncompressed Kafka record batches, gets a synthesized
     /// envelope (see [`synthesize`]).
-    pub async fn consume_events(&self, target: PartitionRef<'_>, params: FetchParams) -> ApiResult<Consumed> {
+    pub async fn consume_events(
+        &self,
+        caller: &Caller,
+        target: PartitionRef<'_>,
+        params: FetchParams,
+    ) -> ApiResult<Consumed> {
+        self.authorize_operation(caller, Some(target.namespace), Operation::ConsumeEvents)?;
         let (max_bytes, wait) = self.fetch_limits(&params)?;
         let reader = self.reader()?;
         let stream = self.stack.catalog.get_stream(target.namespace, target.stream).await?;

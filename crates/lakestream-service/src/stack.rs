@@ -241,16 +241,6 @@ impl Stack {
             .collect())
     }
 
-    /// Every log of every live stream, from the catalog.
-    pub async fn all_logs(&self) -> Result<Vec<lakestream_format::LogRef>, CatalogError> {
-        Ok(self
-            .all_streams()
-            .await?
-            .iter()
-            .flat_map(|stream| (0..stream.partition_count()).filter_map(|p| stream.log_ref(p)))
-            .collect())
-    }
-
     /// Every live stream of every namespace.
     pub async fn all_streams(&self) -> Result<Vec<lakestream_catalog::Stream>, CatalogError> {
         const PAGE: usize = 500;

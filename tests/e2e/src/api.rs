@@ -58,10 +58,16 @@ pub struct Batch {
     pub entries: Vec<Entry>,
     /// Where the next fetch starts.
     pub next_offset: u64,
+    /// The trim marker the read applied.
+    #[serde(default)]
+    pub trim_marker: u64,
 }
 
+/// What a trim was answered.
+pub type TrimAnswer = crate::history::TrimResult;
+
 /// A partition's offsets.
-#[derive(Debug, Clone, Copy, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
 pub struct Offsets {
     /// The first readable offset.
     pub first_offset: u64,
@@ -216,11 +222,51 @@ impl Api {
         offset: u64,
         max_bytes: usize,
     ) -> Result<Batch> {
+        self.fetch_wait(ns, stream, partition, offset, max_bytes, Duration::ZERO).await
+    }
+
+    /// Fetches from `offset`, waiting up to `max_wait` for entries when there are none yet.
+    pub async fn fetch_wait(
+        &self,
+        ns: &str,
+        stream: &str,
+        partition: u32,
+        offset: u64,
+        max_bytes: usize,
+        max_wait: Duration,
+    ) -> Result<Batch> {
         let path = format!(
-            "/v1/namespaces/{ns}/streams/{stream}/partitions/{partition}/entries?offset={offset}&max_bytes={max_bytes}"
+            "/v1/namespaces/{ns}/streams/{stream}/partitions/{partition}/entries?offset={offset}&max_bytes={max_bytes}&max_wait_ms={}",
+            max_wait.as_millis()
         );
         let a = self.json(http::Method::GET, &path, None).await?;
         expect_json(&a, 200, "fetch")
+    }
+
+    /// Soft-trims a partition through `through` (inclusive); the marker stored, or what is
+    /// known about a failure: refused (4xx: nothing written) or unknown (a 5xx or a broken
+    /// exchange: the marker may have moved).
+    pub async fn trim(&self, ns: &str, stream: &str, partition: u32, through: u64) -> TrimAnswer {
+        let path = format!("/v1/namespaces/{ns}/streams/{stream}/partitions/{partition}/trim");
+        let body = serde_json::json!({ "through": through }).to_string();
+        match self.call(http::Method::POST, &path, Some("application/json"), Bytes::from(body)).await {
+            Err(Transport::NotSent(e)) => TrimAnswer::Failed(e),
+            Err(Transport::MaybeSent(e)) => TrimAnswer::Unknown(e),
+            Ok(a) if a.status == 200 => {
+                #[derive(Deserialize)]
+                struct Trimmed {
+                    trim_marker: u64,
+                }
+                match serde_json::from_slice::<Trimmed>(&a.body) {
+                    Ok(t) => TrimAnswer::Stored(t.trim_marker),
+                    Err(e) => TrimAnswer::Unknown(format!("unreadable answer {:?}: {e}", text(&a.body))),
+                }
+            }
+            Ok(a) if (400..500).contains(&a.status) => {
+                TrimAnswer::Failed(format!("{}: {}", a.status, text(&a.body)))
+            }
+            Ok(a) => TrimAnswer::Unknown(format!("{}: {}", a.status, text(&a.body))),
+        }
     }
 
     /// A partition's first and next offsets.

@@ -24,6 +24,7 @@ use bytes::Bytes;
 use tokio::sync::watch;
 
 use crate::api::{Api, Entry, Outcome};
+use crate::history::{History, attempt_value, log_name};
 
 /// Identifies one logical entry: (partition, producer, sequence number).
 pub type Key = (u32, u32, u64);
@@ -31,9 +32,25 @@ pub type Key = (u32, u32, u64);
 /// The payload of `key`, `size` bytes (at least its header): a header naming the key, then
 /// filler derived from it, so a corrupted or misattributed payload is detected.
 pub fn payload(key: Key, size: usize) -> Bytes {
+    payload_attempt(key, 0, size)
+}
+
+/// The payload of attempt `attempt` (from 1) of `key`: as [`payload`], naming the attempt
+/// too, so that a read tells which attempt of a retried append was written (the
+/// linearizability checker needs every append's value to be its own). Attempt 0 is
+/// [`payload`]'s, which names none.
+pub fn payload_attempt(key: Key, attempt: u32, size: usize) -> Bytes {
     let (p, producer, seq) = key;
-    let mut out = format!("e2e p={p} w={producer} s={seq};").into_bytes();
-    let mut x = (u64::from(p) << 48) ^ (u64::from(producer) << 32) ^ seq ^ 0x5DEE_CE66_D1CE_5EED;
+    let mut out = if attempt == 0 {
+        format!("e2e p={p} w={producer} s={seq};").into_bytes()
+    } else {
+        format!("e2e p={p} w={producer} s={seq} a={attempt};").into_bytes()
+    };
+    let mut x = (u64::from(p) << 48)
+        ^ (u64::from(producer) << 32)
+        ^ seq
+        ^ (u64::from(attempt) << 40)
+        ^ 0x5DEE_CE66_D1CE_5EED;
     while out.len() < size {
         x ^= x << 13;
         x ^= x >> 7;
@@ -43,8 +60,15 @@ pub fn payload(key: Key, size: usize) -> Bytes {
     Bytes::from(out)
 }
 
-/// The key a payload names, if it is exactly what [`payload`] makes for that key.
+/// The key a payload names, if it is exactly what [`payload`] (or [`payload_attempt`]) makes
+/// for that key.
 pub fn parse_payload(bytes: &[u8]) -> Option<Key> {
+    parse_payload_attempt(bytes).map(|(key, _)| key)
+}
+
+/// The key and attempt a payload names (attempt 0 for [`payload`]'s), if it is exactly what
+/// [`payload_attempt`] makes for them.
+pub fn parse_payload_attempt(bytes: &[u8]) -> Option<(Key, u32)> {
     let text = std::str::from_utf8(bytes).ok()?;
     let header = text.strip_prefix("e2e ")?.split(';').next()?;
     let mut fields = header.split(' ');
@@ -52,17 +76,35 @@ pub fn parse_payload(bytes: &[u8]) -> Option<Key> {
     let p = u32::try_from(next("p=")?).ok()?;
     let w = u32::try_from(next("w=")?).ok()?;
     let s = next("s=")?;
+    let attempt = match next("a=") {
+        Some(a) => u32::try_from(a).ok().filter(|&a| a > 0)?,
+        None => 0,
+    };
     let key = (p, w, s);
-    (payload(key, bytes.len()) == bytes).then_some(key)
+    (payload_attempt(key, attempt, bytes.len()) == bytes).then_some((key, attempt))
 }
 
-/// Every attempt's outcome, by key.
+/// Every attempt's outcome, by key; and, when recording, every attempt in a [`History`] for
+/// the linearizability checker.
 #[derive(Debug, Default, Clone)]
 pub struct Ledger {
     outcomes: Arc<Mutex<HashMap<Key, Vec<Outcome>>>>,
+    history: Option<History>,
 }
 
 impl Ledger {
+    /// A ledger that also records every attempt (with its call and return times) in
+    /// `history`; the producers then send each attempt's own payload
+    /// ([`payload_attempt`]).
+    pub fn recording(history: History) -> Self {
+        Ledger { outcomes: Arc::default(), history: Some(history) }
+    }
+
+    /// The history it records into, if any.
+    pub fn history(&self) -> Option<&History> {
+        self.history.as_ref()
+    }
+
     /// Records one attempt.
     pub fn record(&self, key: Key, outcome: Outcome) {
         self.outcomes.lock().unwrap_or_else(|e| e.into_inner()).entry(key).or_default().push(outcome);
@@ -118,15 +160,26 @@ pub async fn produce_through(apis: Vec<Api>, load: Load, ledger: Ledger, stop: w
 
 async fn producer(api: Api, load: Load, ledger: Ledger, stop: watch::Receiver<bool>, p: u32, w: u32) -> u64 {
     let mut seq = 0;
+    let client = ledger.history().map(History::client);
+    let log = log_name(&load.stream, p);
     while !*stop.borrow() {
         let key = (p, w, seq);
-        let body = [(payload(key, load.entry_bytes), 1)];
         for attempt in 1..=load.max_attempts {
+            // Without a history every attempt sends the same bytes, as a client retrying
+            // would; with one each attempt's bytes are its own (see `payload_attempt`).
+            let body = match client {
+                Some(_) => [(payload_attempt(key, attempt, load.entry_bytes), 1)],
+                None => [(payload(key, load.entry_bytes), 1)],
+            };
+            let call = ledger.history().map(History::now);
             let outcome = api
                 .produce(&load.namespace, &load.stream, p, &body)
                 .await
                 .pop()
                 .unwrap_or_else(|| Outcome::Unknown("no outcome".into()));
+            if let (Some(history), Some(client), Some(call)) = (ledger.history(), client, call) {
+                history.append(client, &log, call, &attempt_value(w, seq, attempt), 1, &outcome);
+            }
             let done = matches!(outcome, Outcome::Acked { .. });
             ledger.record(key, outcome);
             // Keep retrying through a restart, but stop once the run is over.
@@ -268,9 +321,15 @@ mod tests {
         let p = payload((3, 1, 99), 100);
         assert_eq!(p.len(), 100);
         assert_eq!(parse_payload(&p), Some((3, 1, 99)));
+        assert_eq!(parse_payload_attempt(&p), Some(((3, 1, 99), 0)));
         let mut bad = p.to_vec();
         bad[80] ^= 1;
         assert_eq!(parse_payload(&bad), None);
+        let second = payload_attempt((3, 1, 99), 2, 100);
+        assert_ne!(second, payload_attempt((3, 1, 99), 3, 100));
+        assert_eq!(parse_payload_attempt(&second), Some(((3, 1, 99), 2)));
+        assert_eq!(parse_payload(&second), Some((3, 1, 99)));
+        assert_eq!(parse_payload_attempt(b"\xff\xfe"), None);
     }
 
     #[test]

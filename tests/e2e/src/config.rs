@@ -39,10 +39,10 @@ impl Roles {
 pub enum Metadata {
     /// The embedded store in this file: one process only.
     Embedded(PathBuf),
-    /// An Oxia server, shared by several processes.
+    /// An Oxia server or cluster, shared by several processes.
     Oxia {
-        /// `host:port`.
-        address: String,
+        /// `host:port` of each server the client may bootstrap from.
+        addresses: Vec<String>,
         /// The Oxia namespace.
         namespace: String,
     },
@@ -171,11 +171,12 @@ impl ServiceConfig {
                     quote(&path.to_string_lossy())
                 );
             }
-            Metadata::Oxia { address, namespace } => {
+            Metadata::Oxia { addresses, namespace } => {
+                let addresses: Vec<String> = addresses.iter().map(|a| quote(a)).collect();
                 let _ = writeln!(
                     t,
                     "[metadata]\nbackend = \"oxia\"\naddresses = [{}]\nnamespace = {}\nsession_timeout = \"5s\"\nrequest_timeout = \"10s\"\n",
-                    quote(address),
+                    addresses.join(", "),
                     quote(namespace)
                 );
             }
@@ -281,11 +282,15 @@ mod tests {
             region: "us-east-1".into(),
         };
         let mut c = ServiceConfig::all_in_one(8080, "/tmp/x/meta.redb".into(), s3, "run-1");
-        c.metadata = Metadata::Oxia { address: "127.0.0.1:6648".into(), namespace: "default".into() };
+        c.metadata = Metadata::Oxia {
+            addresses: vec!["127.0.0.1:6648".into(), "127.0.0.1:6658".into()],
+            namespace: "default".into(),
+        };
         let t = c.to_toml();
         for needle in [
             "addr = \"127.0.0.1:8080\"",
             "backend = \"oxia\"",
+            "addresses = [\"127.0.0.1:6648\", \"127.0.0.1:6658\"]",
             "prefix = \"run-1/wal\"",
             "prefix = \"run-1/compacted\"",
             "max_range_bytes = 49152",

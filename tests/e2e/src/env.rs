@@ -11,6 +11,9 @@
 //! | `LAKESTREAM_E2E_READ_HTTP` | its reader URL (default: `LAKESTREAM_E2E_HTTP`) |
 //! | `LAKESTREAM_E2E_COMPACT_WAIT_SECS` | how long to let an external stack's compactor work (default 200 s) |
 //! | `LAKESTREAM_SOAK_SECS` | run a suite's load phase this long instead of its CI length |
+//! | `LAKESTREAM_E2E_NIGHTLY` | `1`: the fault suites run their nightly length (minutes each, more faults) |
+//! | `LAKESTREAM_LINCHECK_BIN` | the linearizability checker (default: built from `tests/lincheck` with `go build`) |
+//! | `LAKESTREAM_E2E_HISTORY_DIR` | also keep each recorded history there |
 //! | `LAKESTREAM_E2E_KILLS` | how many kill -9 rounds the crash suite runs |
 //! | `LAKESTREAM_E2E_SEED` | replay a seed (kill points, reset decisions) |
 
@@ -151,6 +154,20 @@ pub fn number(name: &str, default: u64) -> Result<u64> {
         Err(_) => Ok(default),
         Ok(v) => v.trim().parse().map_err(|e| Error::new(format!("{name}={v:?} is not a whole number: {e}"))),
     }
+}
+
+/// Whether the nightly-sized runs are asked for (`LAKESTREAM_E2E_NIGHTLY=1`).
+pub fn nightly() -> bool {
+    std::env::var("LAKESTREAM_E2E_NIGHTLY").is_ok_and(|v| v == "1")
+}
+
+/// A fault suite's length: `LAKESTREAM_SOAK_SECS` when set, else `nightly` in a nightly run
+/// ([`nightly`]), else `ci`.
+pub fn fault_run_length(ci: Duration, nightly_length: Duration) -> Result<Duration> {
+    if std::env::var("LAKESTREAM_SOAK_SECS").is_ok() {
+        return soak_or(ci);
+    }
+    Ok(if nightly() { nightly_length } else { ci })
 }
 
 /// A phase's length: `LAKESTREAM_SOAK_SECS` when set (a soak), else `ci`.

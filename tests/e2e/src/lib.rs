@@ -4,12 +4,15 @@
 //!
 //! | module | what |
 //! |---|---|
-//! | [`env`] | what the environment names: the S3 server, Oxia, an external stack, soak lengths |
+//! | [`env`](mod@env) | what the environment names: the S3 server, Oxia, an external stack, soak lengths |
 //! | [`config`] | the TOML a spawned service reads (roles, metadata, S3, compaction pace) |
 //! | [`process`] | spawns `lakestream serve`, waits for `/readyz`, kills by PID, reads RSS and logs |
 //! | [`api`] | a small HTTP client of the v1 API that classifies every append's outcome |
 //! | [`checker`] | sequence-numbered producers and the verifier (lost, reordered, duplicates) |
+//! | [`history`] | the record of every append, read, tail and trim for the linearizability checker |
+//! | [`lin`] | tail readers, a trimmer, reads to the end, and the Porcupine checker (`tests/lincheck`) |
 //! | [`proxy`] | a TCP proxy that resets connections at random |
+//! | [`s3_faults`] | an HTTP proxy before the S3 server that answers 503 SlowDown and slows PUTs |
 //! | `containers` | (feature `testcontainers`) Oxia and MinIO in Docker |
 //!
 //! The suites in `tests/` fail, never skip, when what they need is missing: the S3 variables
@@ -24,9 +27,12 @@ pub mod config;
 #[cfg(feature = "testcontainers")]
 pub mod containers;
 pub mod env;
+pub mod history;
+pub mod lin;
 pub mod process;
 pub mod proxy;
 pub mod rng;
+pub mod s3_faults;
 
 /// Why the harness could not do what a test asked; the message says what to fix.
 #[derive(Debug, Clone, PartialEq, Eq)]

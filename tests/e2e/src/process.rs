@@ -217,6 +217,12 @@ impl Service {
         self.log_text().lines().filter(|l| l.contains(needle)).count()
     }
 
+    /// Log lines (of every start) that report a panic: a panic is a bug whatever the fault,
+    /// so the suites fail on one.
+    pub fn panics(&self) -> Vec<String> {
+        panic_lines(&self.log_text())
+    }
+
     /// The last `n` lines of the current start's log.
     pub fn log_tail(&self, n: usize) -> String {
         let text = self.logs.last().and_then(|p| std::fs::read_to_string(p).ok()).unwrap_or_default();
@@ -232,6 +238,14 @@ impl Drop for Service {
             let _ = child.wait();
         }
     }
+}
+
+/// The lines of `text` that report a panic (Rust's "panicked at", a Go runtime's "panic:").
+pub fn panic_lines(text: &str) -> Vec<String> {
+    text.lines()
+        .filter(|l| l.contains("panicked at") || l.starts_with("panic: ") || l.starts_with("fatal error: "))
+        .map(str::to_owned)
+        .collect()
 }
 
 /// `VmRSS` of a process in bytes.
@@ -312,6 +326,13 @@ mod tests {
         assert_eq!(parse_vm_rss("Name:\tx\nVmRSS:\t  12345 kB\nVmSwap: 0 kB\n"), Some(12345 * 1024));
         assert_eq!(parse_vm_rss("Name:\tx\n"), None);
         assert!(rss_bytes(std::process::id()).unwrap() > 0);
+    }
+
+    #[test]
+    fn panics_are_found_in_logs() {
+        let log = "INFO fine\nthread 'tokio-runtime-worker' panicked at src/x.rs:1:2:\nboom\npanic: runtime error\n";
+        assert_eq!(panic_lines(log).len(), 2);
+        assert!(panic_lines("INFO a panic-free line\n").is_empty());
     }
 
     #[test]

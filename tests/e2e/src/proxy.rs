@@ -12,6 +12,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
+use crate::history::History;
 use crate::rng::Rng;
 
 /// What the proxy does to connections.
@@ -48,6 +49,15 @@ pub struct FaultProxy {
 impl FaultProxy {
     /// Listens on a free loopback port and forwards to `upstream` (`host:port`).
     pub async fn start(upstream: String, config: ProxyConfig) -> std::io::Result<FaultProxy> {
+        Self::start_recording(upstream, config, None).await
+    }
+
+    /// As [`FaultProxy::start`], recording each reset in `history` as a fault named `fault`.
+    pub async fn start_recording(
+        upstream: String,
+        config: ProxyConfig,
+        history: Option<(History, &'static str)>,
+    ) -> std::io::Result<FaultProxy> {
         let listener = TcpListener::bind("127.0.0.1:0").await?;
         let addr = listener.local_addr()?;
         let stats = Arc::new(ProxyStats::default());
@@ -60,10 +70,13 @@ impl FaultProxy {
                 s.connections.fetch_add(1, Ordering::Relaxed);
                 let budget = (on.load(Ordering::Relaxed) && rng.chance(config.reset_probability))
                     .then(|| rng.between(0, config.max_bytes_before_reset));
-                let (s, upstream) = (s.clone(), upstream.clone());
+                let (s, upstream, history) = (s.clone(), upstream.clone(), history.clone());
                 tokio::spawn(async move {
-                    if let Ok(server) = TcpStream::connect(&upstream).await {
-                        pipe(client, server, budget, &s).await;
+                    if let Ok(server) = TcpStream::connect(&upstream).await
+                        && pipe(client, server, budget, &s).await
+                        && let Some((history, fault)) = history
+                    {
+                        history.fault(fault);
                     }
                 });
             }
@@ -93,8 +106,9 @@ impl Drop for FaultProxy {
     }
 }
 
-/// Copies both ways until either side closes, or resets both once `budget` bytes passed.
-async fn pipe(mut a: TcpStream, mut b: TcpStream, budget: Option<u64>, stats: &ProxyStats) {
+/// Copies both ways until either side closes, or resets both once `budget` bytes passed;
+/// true when it reset them.
+async fn pipe(mut a: TcpStream, mut b: TcpStream, budget: Option<u64>, stats: &ProxyStats) -> bool {
     let _ = a.set_nodelay(true);
     let _ = b.set_nodelay(true);
     let mut passed = 0u64;
@@ -106,7 +120,7 @@ async fn pipe(mut a: TcpStream, mut b: TcpStream, budget: Option<u64>, stats: &P
             r = b.read(&mut buf_b) => (r.unwrap_or(0), false),
         };
         if n == 0 {
-            return; // one side closed: dropping both closes the other
+            return false; // one side closed: dropping both closes the other
         }
         let mut take = n;
         let mut reset = false;
@@ -118,7 +132,7 @@ async fn pipe(mut a: TcpStream, mut b: TcpStream, budget: Option<u64>, stats: &P
         }
         let (from, to) = if a_to_b { (&buf_a, &mut b) } else { (&buf_b, &mut a) };
         if to.write_all(&from[..take]).await.is_err() {
-            return;
+            return false;
         }
         passed += take as u64;
         stats.bytes.fetch_add(take as u64, Ordering::Relaxed);
@@ -126,7 +140,7 @@ async fn pipe(mut a: TcpStream, mut b: TcpStream, budget: Option<u64>, stats: &P
             stats.resets.fetch_add(1, Ordering::Relaxed);
             let _ = a.set_zero_linger();
             let _ = b.set_zero_linger();
-            return;
+            return true;
         }
     }
 }

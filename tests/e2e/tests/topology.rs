@@ -7,20 +7,22 @@
 //! It checks create (catalog) → produce (both writers) → consume (reader) → compact
 //! (compactor) → consume again, identical; then runs the checker's producers through both
 //! writers at once, on the same logs, while each process is killed with SIGKILL and restarted
-//! once, and verifies through the reader. With the `testcontainers` feature, a second test
-//! starts Oxia and MinIO in Docker.
+//! once (six times in a nightly run, `LAKESTREAM_E2E_NIGHTLY=1`), tail readers read through
+//! the reader and a trimmer trims, and verifies through the reader: the sequence checker, and
+//! the linearizability checker over the history of every operation (`tests/lincheck`). With
+//! the `testcontainers` feature, a second test starts Oxia and MinIO in Docker.
 
 mod common;
 
 use std::time::Duration;
 
 use lakestream_e2e::api::Api;
-use lakestream_e2e::checker::{self, Ledger, Load};
+use lakestream_e2e::checker::Load;
 use lakestream_e2e::config::{Compaction, Metadata, Roles, ServiceConfig};
-use lakestream_e2e::env::S3Env;
+use lakestream_e2e::env::{self, S3Env};
+use lakestream_e2e::history::History;
 use lakestream_e2e::process::{CompactionLog, Service, free_port};
 use lakestream_e2e::rng::Rng;
-use tokio::sync::watch;
 
 const NS: &str = "default";
 
@@ -35,7 +37,7 @@ async fn start(
     let port = free_port().unwrap_or_else(|e| panic!("{e}"));
     let mut c = ServiceConfig::all_in_one(port, dir.join("unused.redb"), s3.clone(), prefix);
     c.roles = roles;
-    c.metadata = Metadata::Oxia { address: oxia.to_string(), namespace: "default".into() };
+    c.metadata = Metadata::Oxia { addresses: vec![oxia.to_string()], namespace: "default".into() };
     c.compaction = Compaction { max_range_age: Duration::from_secs(1), ..Compaction::frantic() };
     Service::start(role, dir, &c).await.unwrap_or_else(|e| panic!("{e}"))
 }
@@ -90,37 +92,36 @@ async fn separate_processes(oxia: &str, s3: S3Env, suite: &str) {
         max_attempts: 400,
     };
     catalog.create_stream(NS, &load.stream, load.partitions).await.unwrap_or_else(|e| panic!("{e}"));
-    let ledger = Ledger::default();
-    let (stop_tx, stop) = watch::channel(false);
-    let producers =
-        tokio::spawn(checker::produce_through(writers.to_vec(), load.clone(), ledger.clone(), stop));
-    for i in [WRITER_A, COMPACTOR, READER, WRITER_B, CATALOG] {
-        let service = &mut procs[i];
-        tokio::time::sleep(Duration::from_millis(rng.between(1000, 3000))).await;
-        println!("{suite}: kill -9 {} (pid {:?})", service.name(), service.pid());
-        service.kill9().unwrap_or_else(|e| panic!("{e}"));
-        tokio::time::sleep(Duration::from_millis(rng.between(0, 500))).await;
-        service.restart().await.unwrap_or_else(|e| panic!("{e}"));
+    // The checker's producers through both writers, tail readers through the reader and a
+    // trimmer through writer-a, all recorded for the linearizability checker.
+    let run = common::LinRun::start(History::new(), writers.to_vec(), r.clone(), &load, seed);
+    let rounds = if env::nightly() { 6 } else { 1 };
+    for _ in 0..rounds {
+        for i in [WRITER_A, COMPACTOR, READER, WRITER_B, CATALOG] {
+            let service = &mut procs[i];
+            tokio::time::sleep(Duration::from_millis(rng.between(1000, 3000))).await;
+            println!("{suite}: kill -9 {} (pid {:?})", service.name(), service.pid());
+            run.history.fault(&format!("kill -9 {}", role_of(service.name())));
+            service.kill9().unwrap_or_else(|e| panic!("{e}"));
+            tokio::time::sleep(Duration::from_millis(rng.between(0, 500))).await;
+            service.restart().await.unwrap_or_else(|e| panic!("{e}"));
+        }
     }
     tokio::time::sleep(Duration::from_secs(3)).await;
-    let _ = stop_tx.send(true);
-    let sent = producers.await.unwrap();
     // The verifier's reads may be slow (a WAL of many small objects): a long request timeout.
     let verifier = Api::new(&procs[READER].url(), Duration::from_secs(120));
-    let reads =
-        common::read_partitions(&verifier, NS, &load.stream, load.partitions, Duration::from_secs(300)).await;
-    let report = checker::verify(&ledger.snapshot(), &reads);
-    println!("{suite}: {sent} entries sent; compactor {:?}", CompactionLog::of(&procs[COMPACTOR].log_text()));
-    println!("{suite}: {report:?}");
-    assert_eq!(
-        report.violations(),
-        (0, 0, 0, 0, 0, 0),
-        "(lost, misplaced, reordered, phantom, corrupt, unexplained duplicates): {report:?}"
-    );
-    assert!(report.acknowledged > 0, "nothing was acknowledged: {report:?}");
+    let faults = ["kill -9 writer", "kill -9 reader", "kill -9 compactor", "kill -9 catalog"];
+    run.finish(&verifier, suite, dir.path(), &faults).await;
+    println!("{suite}: compactor {:?}", CompactionLog::of(&procs[COMPACTOR].log_text()));
+    common::assert_no_panics(&procs.iter().collect::<Vec<_>>());
     for s in &mut procs {
         s.kill9().unwrap_or_else(|e| panic!("{e}"));
     }
+}
+
+/// The role a process of this suite serves, from its name (`writer-a` → `writer`).
+fn role_of(name: &str) -> &str {
+    name.split('-').next().unwrap_or(name)
 }
 
 /// On an Oxia server of its own (a fresh `oxia standalone --shards 4`, binary from

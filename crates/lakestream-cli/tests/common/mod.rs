@@ -15,6 +15,55 @@ pub fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
 }
 
+/// A child process started by [`spawn_listening`], its standard error kept in a file so that
+/// a failure can show it and a chatty process never blocks on a full pipe.
+pub struct Spawned {
+    pub child: Child,
+    /// Where its standard error goes.
+    pub stderr: PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl Spawned {
+    /// Its standard error so far.
+    pub fn stderr_text(&self) -> String {
+        std::fs::read_to_string(&self.stderr).unwrap_or_default()
+    }
+}
+
+/// The last `n` lines of `text`.
+pub fn tail(text: &str, n: usize) -> String {
+    let lines: Vec<&str> = text.lines().collect();
+    lines[lines.len().saturating_sub(n)..].join("\n")
+}
+
+/// Starts `command` with its standard error in a file, and waits until it listens on `port`.
+/// If it exits first, or does not listen within 30 s, fails with what it printed there.
+pub fn spawn_listening(mut command: Command, port: u16, what: &str) -> Spawned {
+    let dir = tempfile::tempdir().unwrap();
+    let stderr = dir.path().join("stderr.log");
+    let file = std::fs::File::create(&stderr).unwrap();
+    let mut child =
+        command.stderr(Stdio::from(file)).spawn().unwrap_or_else(|e| panic!("cannot start {what}: {e}"));
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let printed = || tail(&std::fs::read_to_string(&stderr).unwrap_or_default(), 40);
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        if let Ok(Some(status)) = child.try_wait() {
+            panic!(
+                "{what} exited ({status}) before listening on 127.0.0.1:{port}; its stderr:\n{}",
+                printed()
+            );
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("{what} did not listen on 127.0.0.1:{port} within 30 s; its stderr:\n{}", printed());
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    Spawned { child, stderr, _dir: dir }
+}
+
 /// Waits until something listens on `port`.
 pub fn wait_listening(port: u16, what: &str) {
     let deadline = Instant::now() + Duration::from_secs(30);
@@ -28,6 +77,9 @@ pub fn wait_listening(port: u16, what: &str) {
 pub struct Service {
     pub child: Child,
     pub port: u16,
+    /// Where its standard error goes.
+    pub stderr: PathBuf,
+    _dir: tempfile::TempDir,
 }
 
 impl Service {
@@ -54,23 +106,12 @@ impl Service {
         Service::start(c, port, "lakestream serve")
     }
 
-    /// Starts `command` and waits until it listens on `port`; if it exits first, fails with
-    /// what it printed.
+    /// Starts `command` and waits until it listens on `port`; if it exits first, or does not
+    /// listen in time, fails with what it printed.
     fn start(mut command: Command, port: u16, what: &str) -> Service {
-        let mut child = command.stdout(Stdio::null()).stderr(Stdio::piped()).spawn().unwrap();
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-            if let Ok(Some(status)) = child.try_wait() {
-                let mut err = String::new();
-                let _ = std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut err);
-                panic!("{what} exited ({status}) before listening on {port}:\n{err}");
-            }
-            assert!(Instant::now() < deadline, "{what} did not listen on {port} within 30 s");
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        // Its log is not read from here on: drop the pipe so a chatty service never blocks.
-        drop(child.stderr.take());
-        Service { child, port }
+        command.stdout(Stdio::null());
+        let Spawned { child, stderr, _dir } = spawn_listening(command, port, what);
+        Service { child, port, stderr, _dir }
     }
 
     /// Its plain-HTTP URL.

@@ -32,7 +32,7 @@ use crate::config::GrpcConfig;
 use lakestream_service::api::{
     Api, ApiError, ApiResult, ErrorKind, FetchParams, PartitionRef, ProduceInput, REQUEST_ID,
 };
-use lakestream_service::auth::Permission;
+use lakestream_service::auth::Caller;
 use lakestream_service::metrics::Metrics;
 
 pub mod codec;
@@ -89,14 +89,14 @@ impl GrpcService {
         LakestreamServer::new(self).max_decoding_message_size(max_message_bytes)
     }
 
-    /// Runs one call: request id and span, authorization of `needed` on `namespace`, then `f`;
-    /// maps its error to a status.
+    /// Runs one call: request id and span, admission of the caller (its token, its rate
+    /// limit), then `f` with the caller, whose permission the operation checks; maps its error
+    /// to a status.
     async fn call<T, R, Fut>(
         &self,
         method: &'static str,
         request: Request<T>,
-        scope: impl FnOnce(&T) -> (Option<String>, Permission),
-        f: impl FnOnce(Api, T) -> Fut,
+        f: impl FnOnce(Api, Caller, T) -> Fut,
     ) -> Result<Response<R>, Status>
     where
         Fut: Future<Output = ApiResult<R>>,
@@ -110,11 +110,10 @@ impl GrpcService {
             request.metadata().get("authorization").and_then(|v| v.to_str().ok()).map(str::to_owned);
         let peer = request.extensions().get::<crate::listener::PeerAddr>().map(|p| p.0.ip());
         let message = request.into_inner();
-        let (namespace, needed) = scope(&message);
         let api = self.api.clone();
         let result = async move {
-            api.admit(authorization.as_deref(), namespace.as_deref(), needed, peer)?;
-            f(api, message).await
+            let caller = api.admit(authorization.as_deref(), peer)?;
+            f(api, caller, message).await
         }
         .instrument(span.clone())
         .await;
@@ -240,25 +239,16 @@ fn limit(limit: Option<u32>) -> Option<usize> {
     limit.map(|l| l as usize)
 }
 
-fn ns(namespace: &str) -> Option<String> {
-    Some(namespace.to_owned())
-}
-
 #[tonic::async_trait]
 impl Lakestream for GrpcService {
     async fn create_namespace(
         &self,
         request: Request<pb::CreateNamespaceRequest>,
     ) -> Result<Response<pb::Namespace>, Status> {
-        self.call(
-            "CreateNamespace",
-            request,
-            |_| (None, Permission::Admin),
-            |api, r| async move {
-                let created = api.create_namespace(&r.name, r.properties.into_iter().collect()).await?;
-                Ok(namespace_of(created))
-            },
-        )
+        self.call("CreateNamespace", request, |api, caller, r| async move {
+            let created = api.create_namespace(&caller, &r.name, r.properties.into_iter().collect()).await?;
+            Ok(namespace_of(created))
+        })
         .await
     }
 
@@ -266,18 +256,13 @@ impl Lakestream for GrpcService {
         &self,
         request: Request<pb::ListNamespacesRequest>,
     ) -> Result<Response<pb::ListNamespacesResponse>, Status> {
-        self.call(
-            "ListNamespaces",
-            request,
-            |_| (None, Permission::Read),
-            |api, r| async move {
-                let page = api.list_namespaces(r.after.as_deref(), limit(r.limit)).await?;
-                Ok(pb::ListNamespacesResponse {
-                    namespaces: page.items.into_iter().map(namespace_of).collect(),
-                    next_page: page.next_page,
-                })
-            },
-        )
+        self.call("ListNamespaces", request, |api, caller, r| async move {
+            let page = api.list_namespaces(&caller, r.after.as_deref(), limit(r.limit)).await?;
+            Ok(pb::ListNamespacesResponse {
+                namespaces: page.items.into_iter().map(namespace_of).collect(),
+                next_page: page.next_page,
+            })
+        })
         .await
     }
 
@@ -285,15 +270,10 @@ impl Lakestream for GrpcService {
         &self,
         request: Request<pb::CreateStreamRequest>,
     ) -> Result<Response<pb::Stream>, Status> {
-        self.call(
-            "CreateStream",
-            request,
-            |r| (ns(&r.namespace), Permission::Admin),
-            |api, r| async move {
-                let properties = r.properties.into_iter().collect();
-                Ok(stream_of(api.create_stream(&r.namespace, &r.name, r.partitions, properties).await?))
-            },
-        )
+        self.call("CreateStream", request, |api, caller, r| async move {
+            let properties = r.properties.into_iter().collect();
+            Ok(stream_of(api.create_stream(&caller, &r.namespace, &r.name, r.partitions, properties).await?))
+        })
         .await
     }
 
@@ -301,12 +281,9 @@ impl Lakestream for GrpcService {
         &self,
         request: Request<pb::GetStreamRequest>,
     ) -> Result<Response<pb::Stream>, Status> {
-        self.call(
-            "GetStream",
-            request,
-            |r| (ns(&r.namespace), Permission::Read),
-            |api, r| async move { Ok(stream_of(api.get_stream(&r.namespace, &r.stream).await?)) },
-        )
+        self.call("GetStream", request, |api, caller, r| async move {
+            Ok(stream_of(api.get_stream(&caller, &r.namespace, &r.stream).await?))
+        })
         .await
     }
 
@@ -314,18 +291,13 @@ impl Lakestream for GrpcService {
         &self,
         request: Request<pb::ListStreamsRequest>,
     ) -> Result<Response<pb::ListStreamsResponse>, Status> {
-        self.call(
-            "ListStreams",
-            request,
-            |r| (ns(&r.namespace), Permission::Read),
-            |api, r| async move {
-                let page = api.list_streams(&r.namespace, r.after.as_deref(), limit(r.limit)).await?;
-                Ok(pb::ListStreamsResponse {
-                    streams: page.items.into_iter().map(stream_of).collect(),
-                    next_page: page.next_page,
-                })
-            },
-        )
+        self.call("ListStreams", request, |api, caller, r| async move {
+            let page = api.list_streams(&caller, &r.namespace, r.after.as_deref(), limit(r.limit)).await?;
+            Ok(pb::ListStreamsResponse {
+                streams: page.items.into_iter().map(stream_of).collect(),
+                next_page: page.next_page,
+            })
+        })
         .await
     }
 
@@ -333,15 +305,10 @@ impl Lakestream for GrpcService {
         &self,
         request: Request<pb::DropStreamRequest>,
     ) -> Result<Response<pb::DropStreamResponse>, Status> {
-        self.call(
-            "DropStream",
-            request,
-            |r| (ns(&r.namespace), Permission::Admin),
-            |api, r| async move {
-                api.drop_stream(&r.namespace, &r.stream).await?;
-                Ok(pb::DropStreamResponse {})
-            },
-        )
+        self.call("DropStream", request, |api, caller, r| async move {
+            api.drop_stream(&caller, &r.namespace, &r.stream).await?;
+            Ok(pb::DropStreamResponse {})
+        })
         .await
     }
 
@@ -350,19 +317,14 @@ impl Lakestream for GrpcService {
         request: Request<pb::AddPartitionsRequest>,
     ) -> Result<Response<pb::Stream>, Status> {
         use pb::add_partitions_request::Growth;
-        self.call(
-            "AddPartitions",
-            request,
-            |r| (ns(&r.namespace), Permission::Admin),
-            |api, r| async move {
-                let (to, by) = match r.growth {
-                    Some(Growth::To(to)) => (Some(to), None),
-                    Some(Growth::By(by)) => (None, Some(by)),
-                    None => (None, None),
-                };
-                Ok(stream_of(api.add_partitions(&r.namespace, &r.stream, to, by).await?))
-            },
-        )
+        self.call("AddPartitions", request, |api, caller, r| async move {
+            let (to, by) = match r.growth {
+                Some(Growth::To(to)) => (Some(to), None),
+                Some(Growth::By(by)) => (None, Some(by)),
+                None => (None, None),
+            };
+            Ok(stream_of(api.add_partitions(&caller, &r.namespace, &r.stream, to, by).await?))
+        })
         .await
     }
 
@@ -370,20 +332,12 @@ impl Lakestream for GrpcService {
         &self,
         request: Request<pb::ProduceRequest>,
     ) -> Result<Response<pb::ProduceResponse>, Status> {
-        self.call(
-            "Produce",
-            request,
-            |r| (ns(&r.namespace), Permission::Write),
-            |api, r| async move {
-                let (input, options) = produce_parts(&r)?;
-                let target = PartitionRef {
-                    namespace: &r.namespace,
-                    stream: &r.stream,
-                    partition: r.partition as usize,
-                };
-                Ok(produce_response_of(&api.produce_with(target, input, options).await?))
-            },
-        )
+        self.call("Produce", request, |api, caller, r| async move {
+            let (input, options) = produce_parts(&r)?;
+            let target =
+                PartitionRef { namespace: &r.namespace, stream: &r.stream, partition: r.partition as usize };
+            Ok(produce_response_of(&api.produce_with(&caller, target, input, options).await?))
+        })
         .await
     }
 
@@ -407,14 +361,14 @@ impl Lakestream for GrpcService {
                 let r = message.map_err(|s| {
                     ApiError::new(ErrorKind::InvalidArgument, format!("append session: {}", s.message()))
                 })?;
-                api.admit(authorization.as_deref(), Some(&r.namespace), Permission::Write, peer)?;
+                let caller = api.admit(authorization.as_deref(), peer)?;
                 let (input, options) = produce_parts(&r)?;
                 let target = PartitionRef {
                     namespace: &r.namespace,
                     stream: &r.stream,
                     partition: r.partition as usize,
                 };
-                api.produce_pipelined(target, input, options).await
+                api.produce_pipelined(&caller, target, input, options).await
             }
         });
         let answers = handed_over
@@ -437,25 +391,17 @@ impl Lakestream for GrpcService {
     }
 
     async fn fetch(&self, request: Request<pb::FetchRequest>) -> Result<Response<pb::FetchResponse>, Status> {
-        self.call(
-            "Fetch",
-            request,
-            |r| (ns(&r.namespace), Permission::Read),
-            |api, r| async move {
-                let target = PartitionRef {
-                    namespace: &r.namespace,
-                    stream: &r.stream,
-                    partition: r.partition as usize,
-                };
-                let params = FetchParams {
-                    offset: r.offset,
-                    // Larger than memory is the same as unbounded: the reader stops at what it has.
-                    max_bytes: r.max_bytes.map(|b| usize::try_from(b).unwrap_or(usize::MAX)),
-                    max_wait_ms: r.max_wait_ms,
-                };
-                Ok(fetch_response_of(api.fetch(target, params).await?))
-            },
-        )
+        self.call("Fetch", request, |api, caller, r| async move {
+            let target =
+                PartitionRef { namespace: &r.namespace, stream: &r.stream, partition: r.partition as usize };
+            let params = FetchParams {
+                offset: r.offset,
+                // Larger than memory is the same as unbounded: the reader stops at what it has.
+                max_bytes: r.max_bytes.map(|b| usize::try_from(b).unwrap_or(usize::MAX)),
+                max_wait_ms: r.max_wait_ms,
+            };
+            Ok(fetch_response_of(api.fetch(&caller, target, params).await?))
+        })
         .await
     }
 
@@ -467,22 +413,14 @@ impl Lakestream for GrpcService {
         request: Request<pb::ReadSessionRequest>,
     ) -> Result<Response<Self::ReadSessionStream>, Status> {
         use futures::StreamExt as _;
-        self.call(
-            "ReadSession",
-            request,
-            |r| (ns(&r.namespace), Permission::Read),
-            |api, r| async move {
-                let target = PartitionRef {
-                    namespace: &r.namespace,
-                    stream: &r.stream,
-                    partition: r.partition as usize,
-                };
-                let max_bytes = r.max_bytes.map(|b| usize::try_from(b).unwrap_or(usize::MAX));
-                let batches = api.read_session(target, r.offset, max_bytes).await?;
-                let responses = batches.map(|b| b.map(fetch_response_of).map_err(|e| status_of(&e)));
-                Ok(Box::pin(responses) as Self::ReadSessionStream)
-            },
-        )
+        self.call("ReadSession", request, |api, caller, r| async move {
+            let target =
+                PartitionRef { namespace: &r.namespace, stream: &r.stream, partition: r.partition as usize };
+            let max_bytes = r.max_bytes.map(|b| usize::try_from(b).unwrap_or(usize::MAX));
+            let batches = api.read_session(&caller, target, r.offset, max_bytes).await?;
+            let responses = batches.map(|b| b.map(fetch_response_of).map_err(|e| status_of(&e)));
+            Ok(Box::pin(responses) as Self::ReadSessionStream)
+        })
         .await
     }
 
@@ -490,24 +428,16 @@ impl Lakestream for GrpcService {
         &self,
         request: Request<pb::GetOffsetsRequest>,
     ) -> Result<Response<pb::GetOffsetsResponse>, Status> {
-        self.call(
-            "GetOffsets",
-            request,
-            |r| (ns(&r.namespace), Permission::Read),
-            |api, r| async move {
-                let target = PartitionRef {
-                    namespace: &r.namespace,
-                    stream: &r.stream,
-                    partition: r.partition as usize,
-                };
-                let o = api.offsets(target).await?;
-                Ok(pb::GetOffsetsResponse {
-                    first_offset: o.first_offset,
-                    next_offset: o.next_offset,
-                    trim_marker: o.trim_marker,
-                })
-            },
-        )
+        self.call("GetOffsets", request, |api, caller, r| async move {
+            let target =
+                PartitionRef { namespace: &r.namespace, stream: &r.stream, partition: r.partition as usize };
+            let o = api.offsets(&caller, target).await?;
+            Ok(pb::GetOffsetsResponse {
+                first_offset: o.first_offset,
+                next_offset: o.next_offset,
+                trim_marker: o.trim_marker,
+            })
+        })
         .await
     }
 
@@ -515,24 +445,16 @@ impl Lakestream for GrpcService {
         &self,
         request: Request<pb::CommitOffsetRequest>,
     ) -> Result<Response<pb::CommittedOffset>, Status> {
-        self.call(
-            "CommitOffset",
-            request,
-            |r| (ns(&r.namespace), Permission::Read),
-            |api, r| async move {
-                let target = PartitionRef {
-                    namespace: &r.namespace,
-                    stream: &r.stream,
-                    partition: r.partition as usize,
-                };
-                let commit = lakestream_service::groups::OffsetCommit {
-                    offset: r.offset,
-                    generation: r.generation,
-                    metadata: r.metadata,
-                };
-                Ok(committed_of(api.commit_offset(&r.group, target, commit).await?))
-            },
-        )
+        self.call("CommitOffset", request, |api, caller, r| async move {
+            let target =
+                PartitionRef { namespace: &r.namespace, stream: &r.stream, partition: r.partition as usize };
+            let commit = lakestream_service::groups::OffsetCommit {
+                offset: r.offset,
+                generation: r.generation,
+                metadata: r.metadata,
+            };
+            Ok(committed_of(api.commit_offset(&caller, &r.group, target, commit).await?))
+        })
         .await
     }
 
@@ -540,25 +462,20 @@ impl Lakestream for GrpcService {
         &self,
         request: Request<pb::GetGroupOffsetsRequest>,
     ) -> Result<Response<pb::GetGroupOffsetsResponse>, Status> {
-        self.call(
-            "GetGroupOffsets",
-            request,
-            |r| (ns(&r.namespace), Permission::Read),
-            |api, r| async move {
-                let partitions = api
-                    .group_offsets(&r.namespace, &r.group, &r.stream)
-                    .await?
-                    .into_iter()
-                    .map(|p| pb::PartitionLag {
-                        partition: u32::try_from(p.partition).unwrap_or(u32::MAX),
-                        committed: p.committed.map(committed_of),
-                        next_offset: p.next_offset,
-                        lag: p.lag,
-                    })
-                    .collect();
-                Ok(pb::GetGroupOffsetsResponse { partitions })
-            },
-        )
+        self.call("GetGroupOffsets", request, |api, caller, r| async move {
+            let partitions = api
+                .group_offsets(&caller, &r.namespace, &r.group, &r.stream)
+                .await?
+                .into_iter()
+                .map(|p| pb::PartitionLag {
+                    partition: u32::try_from(p.partition).unwrap_or(u32::MAX),
+                    committed: p.committed.map(committed_of),
+                    next_offset: p.next_offset,
+                    lag: p.lag,
+                })
+                .collect();
+            Ok(pb::GetGroupOffsetsResponse { partitions })
+        })
         .await
     }
 
@@ -566,33 +483,20 @@ impl Lakestream for GrpcService {
         &self,
         request: Request<pb::ListGroupsRequest>,
     ) -> Result<Response<pb::ListGroupsResponse>, Status> {
-        self.call(
-            "ListGroups",
-            request,
-            |r| (ns(&r.namespace), Permission::Read),
-            |api, r| async move {
-                let page = api.list_groups(&r.namespace, r.after.as_deref(), limit(r.limit)).await?;
-                Ok(pb::ListGroupsResponse { groups: page.items, next_page: page.next_page })
-            },
-        )
+        self.call("ListGroups", request, |api, caller, r| async move {
+            let page = api.list_groups(&caller, &r.namespace, r.after.as_deref(), limit(r.limit)).await?;
+            Ok(pb::ListGroupsResponse { groups: page.items, next_page: page.next_page })
+        })
         .await
     }
 
     async fn trim(&self, request: Request<pb::TrimRequest>) -> Result<Response<pb::TrimResponse>, Status> {
-        self.call(
-            "Trim",
-            request,
-            |r| (ns(&r.namespace), Permission::Write),
-            |api, r| async move {
-                let target = PartitionRef {
-                    namespace: &r.namespace,
-                    stream: &r.stream,
-                    partition: r.partition as usize,
-                };
-                let outcome = api.trim(target, r.through).await?;
-                Ok(pb::TrimResponse { trim_marker: outcome.marker, advanced: outcome.advanced })
-            },
-        )
+        self.call("Trim", request, |api, caller, r| async move {
+            let target =
+                PartitionRef { namespace: &r.namespace, stream: &r.stream, partition: r.partition as usize };
+            let outcome = api.trim(&caller, target, r.through).await?;
+            Ok(pb::TrimResponse { trim_marker: outcome.marker, advanced: outcome.advanced })
+        })
         .await
     }
 
@@ -601,26 +505,21 @@ impl Lakestream for GrpcService {
         request: Request<pb::ProduceCloudEventsRequest>,
     ) -> Result<Response<pb::ProduceCloudEventsResponse>, Status> {
         use pb::produce_cloud_events_request::Events;
-        self.call(
-            "ProduceCloudEvents",
-            request,
-            |r| (ns(&r.namespace), Permission::Write),
-            |api, r| async move {
-                // Both forms go through the codec crate's validation, which names the attribute.
-                let events = match &r.events {
-                    Some(Events::Batch(batch)) => {
-                        lakestream_cloudevents::proto::decode_batch(&prost::Message::encode_to_vec(batch))
-                    }
-                    Some(Events::JsonBatch(json)) => lakestream_cloudevents::json::decode_batch(json),
-                    None => return Err(ApiError::invalid("events: give `batch` or `json_batch`")),
+        self.call("ProduceCloudEvents", request, |api, caller, r| async move {
+            // Both forms go through the codec crate's validation, which names the attribute.
+            let events = match &r.events {
+                Some(Events::Batch(batch)) => {
+                    lakestream_cloudevents::proto::decode_batch(&prost::Message::encode_to_vec(batch))
                 }
-                .map_err(|e| ApiError::invalid(format!("events: {e}")))?;
-                let results = api.ingest_events(&r.namespace, &r.stream, r.partition, events).await?;
-                Ok(pb::ProduceCloudEventsResponse {
-                    results: results.into_iter().map(cloud_event_result).collect(),
-                })
-            },
-        )
+                Some(Events::JsonBatch(json)) => lakestream_cloudevents::json::decode_batch(json),
+                None => return Err(ApiError::invalid("events: give `batch` or `json_batch`")),
+            }
+            .map_err(|e| ApiError::invalid(format!("events: {e}")))?;
+            let results = api.ingest_events(&caller, &r.namespace, &r.stream, r.partition, events).await?;
+            Ok(pb::ProduceCloudEventsResponse {
+                results: results.into_iter().map(cloud_event_result).collect(),
+            })
+        })
         .await
     }
 }

@@ -1,6 +1,7 @@
 //! The background roles of a service process, apart from the front ends: compaction and
 //! reclamation, Iceberg table commits, retention, idle producers' state expiry and the
-//! CloudEvents deduplication ledger's cleanup. Each runs as a task until [`Background::stop`].
+//! CloudEvents deduplication ledger's cleanup. Each runs as a task until the
+//! service shuts down ([`crate::Service::shutdown`]).
 
 pub(crate) mod compaction;
 pub(crate) mod retention;

@@ -7,10 +7,14 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use lakestream_e2e::api::{Api, Entry, Outcome};
+use lakestream_e2e::checker::{self, Ledger, Load, Report};
 use lakestream_e2e::config::ServiceConfig;
 use lakestream_e2e::env::S3Env;
+use lakestream_e2e::history::History;
+use lakestream_e2e::lin::{self, Observers, Verdict, Watched};
 use lakestream_e2e::process::{Service, free_port};
 use lakestream_e2e::rng::Rng;
+use tokio::sync::watch;
 
 /// The run's seed: `LAKESTREAM_E2E_SEED`, else fresh; printed so a failure can be replayed as
 /// far as process timing allows.
@@ -140,5 +144,69 @@ pub async fn wait_compacted(
             compactor.log_tail(30)
         );
         tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// A run recorded for the linearizability checker: the checker's producers (through
+/// `writers`), a tail reader per partition (through `reader`) and a trimmer (through the
+/// first writer), all into one history.
+pub struct LinRun {
+    /// The history every client records into (faults too).
+    pub history: History,
+    /// Every attempt's outcome, for the sequence checker.
+    pub ledger: Ledger,
+    /// What the observers watch.
+    pub watched: Watched,
+    stop_tx: watch::Sender<bool>,
+    producers: tokio::task::JoinHandle<u64>,
+    observers: Observers,
+}
+
+impl LinRun {
+    /// Starts producers, tail readers and the trimmer on `load`'s stream (created already),
+    /// recording into `history`.
+    pub fn start(history: History, writers: Vec<Api>, reader: Api, load: &Load, seed: u64) -> LinRun {
+        let ledger = Ledger::recording(history.clone());
+        let watched = Watched {
+            namespace: load.namespace.clone(),
+            stream: load.stream.clone(),
+            partitions: load.partitions,
+        };
+        let (stop_tx, stop) = watch::channel(false);
+        let observers = Observers::start(reader, Some(writers[0].clone()), &watched, &history, &stop, seed);
+        let producers = tokio::spawn(checker::produce_through(writers, load.clone(), ledger.clone(), stop));
+        LinRun { history, ledger, watched, stop_tx, producers, observers }
+    }
+
+    /// Stops every client, reads each partition to its end through `verifier`, and checks
+    /// the run twice: the sequence checker over what every read returned (0 lost,
+    /// misplaced, reordered, phantom, corrupt, unexplained duplicates) and the
+    /// linearizability checker over the history (0 violations, every planted anomaly caught,
+    /// every fault kind in `faults` injected). Returns both reports.
+    pub async fn finish(self, verifier: &Api, suite: &str, dir: &Path, faults: &[&str]) -> (Report, Verdict) {
+        let _ = self.stop_tx.send(true);
+        let sent = self.producers.await.unwrap();
+        let observed = self.observers.join().await;
+        lin::snapshot_all(verifier, &self.history, &self.watched, &observed, Duration::from_secs(300))
+            .await
+            .unwrap_or_else(|e| panic!("{suite}: reading back: {e}"));
+        let report = checker::verify(&self.ledger.snapshot(), &observed.logs(self.watched.partitions));
+        println!("{suite}: {sent} entries sent; {report:?}");
+        assert_eq!(
+            report.violations(),
+            (0, 0, 0, 0, 0, 0),
+            "{suite}: (lost, misplaced, reordered, phantom, corrupt, unexplained duplicates): {report:?}"
+        );
+        assert!(report.acknowledged > 0, "{suite}: nothing was acknowledged: {report:?}");
+        let verdict = lin::assert_linearizable(suite, &self.history, dir, faults);
+        (report, verdict)
+    }
+}
+
+/// Fails when a service's logs report a panic.
+pub fn assert_no_panics(services: &[&Service]) {
+    for s in services {
+        let panics = s.panics();
+        assert!(panics.is_empty(), "{} logged a panic:\n{}", s.name(), panics.join("\n"));
     }
 }
