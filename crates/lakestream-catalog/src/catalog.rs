@@ -26,8 +26,8 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use lakestream_format::compacted::Binding;
-use lakestream_format::{LogId, LogRef, kafka, keys, native};
 use lakestream_format::retry::{Backoff, BackoffPolicy, Jitter};
+use lakestream_format::{LogId, LogRef, kafka, keys, native};
 use lakestream_meta::{
     CasOptions, CasRecord, Change, Current, MetaError, MetaStore, PutCondition, Updated, cas_update, lease,
 };
@@ -160,7 +160,11 @@ impl Catalog {
 
     /// [`Catalog::new`] with the jitter of its compare-and-set pauses drawn from `jitter`
     /// (seeded, in tests and simulations).
-    pub fn with_jitter(store: Arc<dyn MetaStore>, config: CatalogConfig, jitter: Arc<Jitter>) -> Result<Self> {
+    pub fn with_jitter(
+        store: Arc<dyn MetaStore>,
+        config: CatalogConfig,
+        jitter: Arc<Jitter>,
+    ) -> Result<Self> {
         config.validate()?;
         let backoff = Backoff::new(BackoffPolicy::compare_and_set(config.max_cas_attempts), jitter);
         let cas = CasOptions::new(backoff).reread_unknown_outcomes();
@@ -188,7 +192,11 @@ impl Catalog {
             properties,
             state: NamespaceState::Active,
         };
-        match self.store.put(self.partition(), &key, record.encode(), PutCondition::IfAbsent).await {
+        match self
+            .store
+            .put(self.partition(), &key, CatalogRecord::encode(&record), PutCondition::IfAbsent)
+            .await
+        {
             Ok(written) => Ok(namespace_of(record, written.created_ms)),
             Err(MetaError::KeyExists { .. }) => {
                 Err(CatalogError::NamespaceExists { namespace: name.to_owned() })
@@ -237,7 +245,9 @@ impl Catalog {
                 None => Err(not_found()),
                 // Another deletion is in flight (or crashed): finish it the same way.
                 Some(c) if c.value.state == NamespaceState::Deleting => Ok(Change::Keep),
-                Some(c) => Ok(Change::Write(NamespaceRecord { state: NamespaceState::Deleting, ..c.value.clone() })),
+                Some(c) => {
+                    Ok(Change::Write(NamespaceRecord { state: NamespaceState::Deleting, ..c.value.clone() }))
+                }
             })
             .await?;
         let marked = settled(marked, &key)?;
@@ -248,7 +258,12 @@ impl Catalog {
             active.state = NamespaceState::Active;
             let _ = self
                 .store
-                .put(self.partition(), &key, active.encode(), PutCondition::IfVersion(marked.version))
+                .put(
+                    self.partition(),
+                    &key,
+                    CatalogRecord::encode(&active),
+                    PutCondition::IfVersion(marked.version),
+                )
                 .await;
             return Err(CatalogError::NamespaceNotEmpty { namespace: name.to_owned(), streams: live });
         }
@@ -268,8 +283,9 @@ impl Catalog {
                     after.as_deref(),
                     1000,
                     |record: StreamRecord, created_ms| {
-                        (record.state != StreamState::Dropped)
-                            .then(|| stream_of(Versioned { value: record, version: 0, created_ms, modified_ms: 0 }))
+                        (record.state != StreamState::Dropped).then(|| {
+                            stream_of(Versioned { value: record, version: 0, created_ms, modified_ms: 0 })
+                        })
                     },
                 )
                 .await?;
@@ -423,7 +439,8 @@ impl Catalog {
                         // expansion came first: decided below.
                         return Ok(Change::Keep);
                     }
-                    let claimed = StreamRecord { pending_expansion: Some(claim.clone()), ..now.value.clone() };
+                    let claimed =
+                        StreamRecord { pending_expansion: Some(claim.clone()), ..now.value.clone() };
                     Ok(Change::Write(claimed))
                 })
                 .await?;
@@ -504,7 +521,10 @@ impl Catalog {
                     Ok(Change::Write(StreamRecord { state: StreamState::Dropped, ..c.value.clone() }))
                 }
                 Some(c) if c.value.state == StreamState::Dropped => Ok(Change::Keep),
-                _ => Err(CatalogError::corrupt(&key, "the tombstone of a stream being dropped is gone or live again")),
+                _ => Err(CatalogError::corrupt(
+                    &key,
+                    "the tombstone of a stream being dropped is gone or live again",
+                )),
             })
             .await?;
         if dropped.written {
@@ -638,14 +658,8 @@ impl Catalog {
     }
 
     async fn allocate(&self, count: u64) -> Result<std::ops::Range<u64>> {
-        allocate_log_ids(
-            self.store.as_ref(),
-            self.partition(),
-            self.config.first_log_id,
-            count,
-            &self.cas,
-        )
-        .await
+        allocate_log_ids(self.store.as_ref(), self.partition(), self.config.first_log_id, count, &self.cas)
+            .await
     }
 
     async fn read<R: CatalogRecord>(&self, key: &str) -> Result<Option<Versioned<R>>> {
@@ -664,7 +678,10 @@ impl Catalog {
     async fn read_live_stream(&self, namespace: &str, name: &str) -> Result<Versioned<StreamRecord>> {
         let found = self.read::<StreamRecord>(&stream_key(namespace, name)).await?;
         live_stream(found.as_ref(), namespace, name)?;
-        found.ok_or_else(|| CatalogError::StreamNotFound { namespace: namespace.to_owned(), stream: name.to_owned() })
+        found.ok_or_else(|| CatalogError::StreamNotFound {
+            namespace: namespace.to_owned(),
+            stream: name.to_owned(),
+        })
     }
 
     /// [`cas_update`] of the catalog record `key`, with the catalog's retries.
@@ -869,7 +886,9 @@ fn live_stream<'a>(
     name: &str,
 ) -> Result<&'a Versioned<StreamRecord>> {
     match found {
-        None => Err(CatalogError::StreamNotFound { namespace: namespace.to_owned(), stream: name.to_owned() }),
+        None => {
+            Err(CatalogError::StreamNotFound { namespace: namespace.to_owned(), stream: name.to_owned() })
+        }
         Some(found) if found.value.state != StreamState::Active => {
             Err(CatalogError::StreamDropped { namespace: namespace.to_owned(), stream: name.to_owned() })
         }

@@ -219,7 +219,9 @@ impl CatalogError {
             | CatalogError::StreamDropped { .. }
             | CatalogError::LogInUse { .. }
             | CatalogError::LeasesRemain { .. } => ErrorClass::Conflict,
-            CatalogError::LogIdsExhausted { .. } | CatalogError::InvariantBroken { .. } => ErrorClass::Internal,
+            CatalogError::LogIdsExhausted { .. } | CatalogError::InvariantBroken { .. } => {
+                ErrorClass::Internal
+            }
             CatalogError::CorruptRecord { .. } => ErrorClass::CorruptData,
             // A lost race, as a lost compare-and-set is everywhere (not a transient failure).
             CatalogError::Contended { .. } => ErrorClass::Contended,

@@ -345,7 +345,10 @@ cas_record!(StreamRecord, |r| stream_key(&r.namespace, &r.name), check_stream_ch
 /// (active → dropping → dropped); its published layout only grows, and only by publishing
 /// the pending expansion (spec: a layout names only logs whose records exist); and the
 /// properties that decide its binding never change.
-fn check_stream_change(before: Option<&StreamRecord>, after: &StreamRecord) -> std::result::Result<(), String> {
+fn check_stream_change(
+    before: Option<&StreamRecord>,
+    after: &StreamRecord,
+) -> std::result::Result<(), String> {
     let Some(before) = before else { return Ok(()) };
     if (&before.namespace, &before.name) != (&after.namespace, &after.name) {
         return Err(format!("the identity changes to {}/{}", after.namespace, after.name));

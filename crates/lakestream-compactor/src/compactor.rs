@@ -30,10 +30,12 @@ use lakestream_format::entry_index::{self, EntryIndex, IndexValue, ParquetRange}
 use lakestream_format::file_index::{FileIndex, FileIndexEntry};
 use lakestream_format::keys;
 use lakestream_format::native::NATIVE_BINDING;
+use lakestream_format::retry::{Backoff, BackoffPolicy};
 use lakestream_format::{Clock, Entry, LogId, LogRef, Offset};
 use lakestream_meta::lease::{self, TokenSource, WriteLease};
-use lakestream_format::retry::{Backoff, BackoffPolicy};
-use lakestream_meta::{CasError, CasOptions, CasRecord, Change, Current, MetaError, MetaStore, PutCondition, Session, cas_update};
+use lakestream_meta::{
+    CasError, CasOptions, CasRecord, Change, Current, MetaError, MetaStore, PutCondition, Session, cas_update,
+};
 use lakestream_objstore::{ObjectPath, ObjectStore};
 
 use crate::config::CompactorConfig;
@@ -1010,8 +1012,6 @@ impl Compactor {
     }
 }
 
-/// Fails with [`CompactError::SessionEnded`] once the lease's session ended: the compactor
-/// stops C3–C5 and hard trims as soon as it learns (spec SHOULD, which we treat as MUST).
 /// How many writes C5 tries before leaving the cursor to the compactor that keeps moving it.
 const CURSOR_CAS_ATTEMPTS: u32 = 8;
 
@@ -1030,6 +1030,8 @@ impl CasRecord for Cursor {
     }
 }
 
+/// Fails with [`CompactError::SessionEnded`] once the lease's session ended: the compactor
+/// stops C3–C5 and hard trims as soon as it learns (spec SHOULD, which we treat as MUST).
 pub(crate) fn ensure_live(lease: &WriteLease) -> CompactResult<()> {
     if *lease.session_ended().borrow() {
         return Err(CompactError::SessionEnded { log_id: lease.log_id() });

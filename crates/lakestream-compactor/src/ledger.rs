@@ -304,7 +304,6 @@ impl CasRecord for LedgerValue {
     fn encode(&self) -> CompactResult<Bytes> {
         Ok(encode(self))
     }
-
 }
 
 /// Read-modify-write of one ledger record ([`cas_update`]: CreateIfAbsent / CompareAndSet,

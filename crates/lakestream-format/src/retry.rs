@@ -100,7 +100,10 @@ impl BackoffPolicy {
             return Err("max_attempts must be at least 1".to_owned());
         }
         if self.initial > self.max {
-            return Err(format!("the initial backoff {:?} is more than the max {:?}", self.initial, self.max));
+            return Err(format!(
+                "the initial backoff {:?} is more than the max {:?}",
+                self.initial, self.max
+            ));
         }
         Ok(())
     }

@@ -33,6 +33,7 @@ use iceberg::table::Table;
 use iceberg::transaction::{ApplyTransactionAction, Transaction};
 use iceberg::{Catalog, ErrorKind, NamespaceIdent, TableCreation, TableIdent};
 use lakestream_format::Offset;
+use lakestream_format::retry::{Backoff, BackoffPolicy};
 use lakestream_objstore::ObjectStore;
 use serde::Serialize;
 
@@ -178,9 +179,18 @@ impl std::fmt::Debug for Tables {
     }
 }
 
-/// The current time is not needed: a short, growing pause between commit attempts.
+/// The pauses between commit (and maintenance) attempts: the project's one retry policy
+/// (`lakestream_format::retry`, full jitter), below 200 ms before the second attempt,
+/// doubling to 3.2 s — the bounds are the fixed pauses this crate used before, so contending
+/// committers spread out instead of retrying in lockstep. Attempts are bounded by
+/// `tables.commit_attempts`.
+const COMMIT_BACKOFF: BackoffPolicy =
+    BackoffPolicy::unbounded(Duration::from_millis(200), Duration::from_millis(3200));
+
+/// The pause before attempt `attempt` (2 for the first retry), drawn from the process's
+/// jitter.
 pub(crate) fn backoff(attempt: u32) -> Duration {
-    Duration::from_millis(50u64 << attempt.min(6))
+    Backoff::process(COMMIT_BACKOFF).delay(attempt.saturating_sub(2))
 }
 
 impl Tables {

@@ -25,6 +25,7 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tonic::Streaming;
 
+use lakestream_format::retry::{Backoff, BackoffPolicy};
 use lakestream_meta::{MetaError, MetaResult};
 
 use crate::config::OxiaConfig;
@@ -42,10 +43,13 @@ use crate::write_stream::{Opener, ShardWriter, StreamChannels, WriteReply, open_
 
 /// How many times a read or session call is tried before its error is returned.
 const MAX_ATTEMPTS: u32 = 5;
-/// The first pause before retrying; doubled on each retry.
-const FIRST_BACKOFF: Duration = Duration::from_millis(50);
 /// The longest pause between retries and between assignment-stream reconnects.
 const MAX_BACKOFF: Duration = Duration::from_secs(2);
+/// The pauses between retries of a read or session call and between assignment-stream
+/// reconnects: the project's one policy (`lakestream_format::retry`, full jitter), below
+/// 50 ms first, the bound doubling to [`MAX_BACKOFF`]. Calls are bounded by [`MAX_ATTEMPTS`]
+/// and the request timeout; reconnects by the client's life.
+const BACKOFF: BackoffPolicy = BackoffPolicy::unbounded(Duration::from_millis(50), MAX_BACKOFF);
 
 /// The current shard map and its generation (one per assignments message received).
 #[derive(Debug, Clone)]
@@ -233,7 +237,8 @@ impl OxiaClient {
         Fut: Future<Output = Result<T, OxiaError>>,
     {
         let deadline = Instant::now() + self.inner.config.request_timeout;
-        let mut backoff = FIRST_BACKOFF;
+        let backoff = Backoff::process(BACKOFF.with_max_attempts(MAX_ATTEMPTS));
+        let mut pauses = 0;
         let mut attempt = 1;
         loop {
             let result = match self.leader_of(shard).and_then(|leader| self.rpc_for(&leader)) {
@@ -245,15 +250,18 @@ impl OxiaClient {
                 Err(error) => error,
             };
             let advice = error.retry_advice();
-            if advice == RetryAdvice::DoNotRetry || attempt >= MAX_ATTEMPTS || Instant::now() >= deadline {
+            if advice == RetryAdvice::DoNotRetry
+                || !backoff.allows_another(attempt)
+                || Instant::now() >= deadline
+            {
                 return Err(error);
             }
             tracing::debug!(shard, method = method.name(), attempt, %error, "retrying");
             match advice {
                 RetryAdvice::Reroute { leader_hint } => self.reroute(shard, leader_hint, deadline).await,
                 RetryAdvice::Retry | RetryAdvice::DoNotRetry => {
-                    tokio::time::sleep_until((Instant::now() + backoff).min(deadline)).await;
-                    backoff = (backoff * 2).min(MAX_BACKOFF);
+                    tokio::time::sleep_until((Instant::now() + backoff.delay(pauses)).min(deadline)).await;
+                    pauses += 1;
                 }
             }
             attempt += 1;
@@ -496,17 +504,19 @@ impl Opener for ShardOpener {
 /// the bootstrap addresses in turn. Ends when the client is gone.
 async fn follow_assignments(config: OxiaConfig, map_tx: watch::Sender<Option<MapState>>) {
     let mut generation = 0;
-    let mut backoff = FIRST_BACKOFF;
+    let backoff = Backoff::process(BACKOFF);
+    // Reconnects since the last assignment received: the retry number of the next pause.
+    let mut failures = 0;
     for address in config.addresses.iter().cycle() {
         if map_tx.is_closed() {
             return;
         }
-        match stream_assignments(address, &config, &map_tx, &mut generation, &mut backoff).await {
+        match stream_assignments(address, &config, &map_tx, &mut generation, &mut failures).await {
             Ok(()) => tracing::info!(%address, "shard assignment stream ended; reconnecting"),
             Err(error) => tracing::warn!(%address, %error, "shard assignment stream failed; reconnecting"),
         }
-        tokio::time::sleep(backoff).await;
-        backoff = (backoff * 2).min(MAX_BACKOFF);
+        tokio::time::sleep(backoff.delay(failures)).await;
+        failures = failures.saturating_add(1);
     }
 }
 
@@ -515,7 +525,7 @@ async fn stream_assignments(
     config: &OxiaConfig,
     map_tx: &watch::Sender<Option<MapState>>,
     generation: &mut u64,
-    backoff: &mut Duration,
+    failures: &mut u32,
 ) -> Result<(), OxiaError> {
     let rpc = Rpc::new(channel(address, config)?, config)?;
     let request = ShardAssignmentsRequest { namespace: config.namespace.clone() };
@@ -524,7 +534,7 @@ async fn stream_assignments(
         match ShardMap::from_assignments(&message, &config.namespace) {
             Ok(map) => {
                 *generation += 1;
-                *backoff = FIRST_BACKOFF;
+                *failures = 0;
                 tracing::debug!(shards = map.shards().len(), generation, "new shard assignment");
                 map_tx.send_replace(Some(MapState { map: Arc::new(map), generation: *generation }));
             }

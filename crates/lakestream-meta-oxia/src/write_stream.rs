@@ -33,6 +33,7 @@ use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinHandle;
 use tokio_stream::wrappers::ReceiverStream;
 
+use lakestream_format::retry::{Backoff, BackoffPolicy};
 use lakestream_meta::MetaError;
 
 use crate::errors::{OxiaError, OxiaErrorKind, RequestPhase, RetryAdvice};
@@ -40,10 +41,11 @@ use crate::proto::oxia::{WriteRequest, WriteResponse};
 use crate::routing::ShardId;
 use crate::rpc::Rpc;
 
-/// The first pause before opening a stream again; doubled on each failure.
-const FIRST_BACKOFF: Duration = Duration::from_millis(20);
-/// The longest pause between attempts to open a stream.
-const MAX_BACKOFF: Duration = Duration::from_secs(1);
+/// The pauses between attempts to open a stream: the project's one policy
+/// (`lakestream_format::retry`, full jitter), below 20 ms first, the bound doubling to 1 s;
+/// bounded by the callers' lives (and cut short by a new shard assignment).
+const OPEN_BACKOFF: BackoffPolicy =
+    BackoffPolicy::unbounded(Duration::from_millis(20), Duration::from_secs(1));
 
 /// Why a write did not get its response.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -449,7 +451,9 @@ pub async fn drive(
     handshake_timeout: Duration,
 ) {
     let mut held = Held::new();
-    let mut backoff = FIRST_BACKOFF;
+    let backoff = Backoff::process(OPEN_BACKOFF);
+    // Failed opens since the last accepted stream: the retry number of the next pause.
+    let mut failures = 0;
     loop {
         if !wait_for_live_call(&mut calls, &mut held).await {
             return;
@@ -464,14 +468,14 @@ pub async fn drive(
                 }
                 // A new assignment (e.g. a dead leader replaced) ends the back-off early.
                 tokio::select! {
-                    () = tokio::time::sleep(backoff) => {}
+                    () = tokio::time::sleep(backoff.delay(failures)) => {}
                     () = opener.assignment_changed() => {}
                 }
-                backoff = (backoff * 2).min(MAX_BACKOFF);
+                failures = failures.saturating_add(1);
                 continue;
             }
         };
-        backoff = FIRST_BACKOFF;
+        failures = 0;
         match run_pipeline(&mut calls, &mut held, &mut stream, max_pending).await {
             PipelineEnd::CallersGone => return,
             PipelineEnd::Broken(error) => {

@@ -230,7 +230,7 @@ mod tests {
     use lakestream_format::retry::BackoffPolicy;
 
     use super::*;
-    use crate::memory::InMemoryStore;
+    use crate::embedded::EmbeddedStore;
     use crate::racing::RacingStore;
 
     const P: &str = "cas";
@@ -272,25 +272,30 @@ mod tests {
         store.get(P, K).await.unwrap().map(|r| Counter::decode(&r).unwrap().0)
     }
 
+    /// The embedded (redb) store in a fresh directory, behind a [`RacingStore`] (which
+    /// forwards everything until a test asks it to race): the loop runs over a durable
+    /// backend's real compare-and-set. The directory lives as long as the store is used.
+    async fn racing() -> (tempfile::TempDir, Arc<RacingStore>) {
+        let dir = tempfile::tempdir().unwrap();
+        let embedded = EmbeddedStore::open(dir.path().join("metadata.redb")).await.unwrap();
+        (dir, RacingStore::new(Arc::new(embedded)))
+    }
+
     #[tokio::test]
     async fn creates_then_updates_and_returns_the_version_written() {
-        let store = InMemoryStore::new();
-        let first = cas_update(&store, P, K, &options(3), increment).await.unwrap();
+        let (_dir, store) = racing().await;
+        let first = cas_update(store.as_ref(), P, K, &options(3), increment).await.unwrap();
         assert_eq!((first.value(), first.written, first.rounds), (Some(&Counter(1)), true, 1));
-        let second = cas_update(&store, P, K, &options(3), increment).await.unwrap();
+        let second = cas_update(store.as_ref(), P, K, &options(3), increment).await.unwrap();
         assert_eq!(second.value(), Some(&Counter(2)));
         let record = store.get(P, K).await.unwrap().unwrap();
         assert_eq!(second.record.as_ref().map(|c| c.version), Some(record.version));
         assert_eq!(second.record.map(|c| c.created_ms), Some(record.created_ms), "creation time kept");
     }
 
-    fn racing() -> Arc<RacingStore> {
-        RacingStore::new(Arc::new(InMemoryStore::new()))
-    }
-
     #[tokio::test(start_paused = true)]
     async fn lost_races_are_retried_after_growing_jittered_pauses() {
-        let store = racing();
+        let (_dir, store) = racing().await;
         cas_update(store.as_ref(), P, K, &options(10), increment).await.unwrap();
         store.race(K, 4);
         let updated = cas_update(store.as_ref(), P, K, &options(10), increment).await.unwrap();
@@ -312,7 +317,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_lost_create_race_is_retried_as_an_update() {
-        let store = racing();
+        let (_dir, store) = racing().await;
         store.race(K, 1);
         let updated = cas_update(store.as_ref(), P, K, &options(10), increment).await.unwrap();
         // The other writer created 1 first; our second round read it and wrote 2.
@@ -321,7 +326,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn attempts_are_bounded_and_nothing_of_ours_is_written() {
-        let store = racing();
+        let (_dir, store) = racing().await;
         cas_update(store.as_ref(), P, K, &options(4), increment).await.unwrap();
         store.race(K, u64::MAX);
         let err = cas_update(store.as_ref(), P, K, &options(4), increment).await.unwrap_err();
@@ -333,10 +338,10 @@ mod tests {
 
     #[tokio::test]
     async fn a_refusing_mutation_stops_at_once() {
-        let store = InMemoryStore::new();
-        cas_update(&store, P, K, &options(3), increment).await.unwrap();
+        let (_dir, store) = racing().await;
+        cas_update(store.as_ref(), P, K, &options(3), increment).await.unwrap();
         let mut calls = 0;
-        let err = cas_update(&store, P, K, &options(3), |current: Option<&Current<Counter>>| {
+        let err = cas_update(store.as_ref(), P, K, &options(3), |current: Option<&Current<Counter>>| {
             calls += 1;
             match current {
                 Some(c) if c.value.0 >= 1 => Err(format!("already at {}", c.value.0)),
@@ -347,30 +352,32 @@ mod tests {
         .unwrap_err();
         assert_eq!(err, CasError::Record("already at 1".to_owned()));
         assert_eq!(calls, 1);
-        assert_eq!(stored(&store).await, Some(1));
+        assert_eq!(stored(store.as_ref()).await, Some(1));
     }
 
     #[tokio::test]
     async fn keep_writes_nothing_and_reports_the_record() {
-        let store = InMemoryStore::new();
-        let absent = cas_update(&store, P, K, &options(3), |_: Option<&Current<Counter>>| Ok(Change::Keep))
-            .await
-            .unwrap();
+        let (_dir, store) = racing().await;
+        let absent =
+            cas_update(store.as_ref(), P, K, &options(3), |_: Option<&Current<Counter>>| Ok(Change::Keep))
+                .await
+                .unwrap();
         assert_eq!((absent.record, absent.written), (None, false));
-        assert_eq!(stored(&store).await, None);
-        cas_update(&store, P, K, &options(3), increment).await.unwrap();
-        let kept = cas_update(&store, P, K, &options(3), |_: Option<&Current<Counter>>| Ok(Change::Keep))
-            .await
-            .unwrap();
+        assert_eq!(stored(store.as_ref()).await, None);
+        cas_update(store.as_ref(), P, K, &options(3), increment).await.unwrap();
+        let kept =
+            cas_update(store.as_ref(), P, K, &options(3), |_: Option<&Current<Counter>>| Ok(Change::Keep))
+                .await
+                .unwrap();
         assert_eq!((kept.value(), kept.written), (Some(&Counter(1)), false));
     }
 
     #[tokio::test]
     async fn invariants_are_checked_before_the_write() {
-        let store = InMemoryStore::new();
-        cas_update(&store, P, K, &options(3), increment).await.unwrap();
+        let (_dir, store) = racing().await;
+        cas_update(store.as_ref(), P, K, &options(3), increment).await.unwrap();
         let version = store.get(P, K).await.unwrap().unwrap().version;
-        let err = cas_update(&store, P, K, &options(3), |_: Option<&Current<Counter>>| {
+        let err = cas_update(store.as_ref(), P, K, &options(3), |_: Option<&Current<Counter>>| {
             Ok(Change::Write(Counter(0)))
         })
         .await
@@ -381,16 +388,16 @@ mod tests {
 
     #[tokio::test]
     async fn a_record_that_does_not_decode_is_reported_not_overwritten() {
-        let store = InMemoryStore::new();
+        let (_dir, store) = racing().await;
         store.put(P, K, Bytes::from_static(b"twelve"), PutCondition::None).await.unwrap();
-        let err = cas_update(&store, P, K, &options(3), increment).await.unwrap_err();
+        let err = cas_update(store.as_ref(), P, K, &options(3), increment).await.unwrap_err();
         assert!(matches!(&err, CasError::Record(e) if e.starts_with(K)), "{err:?}");
         assert_eq!(&store.get(P, K).await.unwrap().unwrap().value[..], b"twelve");
     }
 
     #[tokio::test(start_paused = true)]
     async fn an_unknown_outcome_fails_or_is_reread_as_asked() {
-        let store = racing();
+        let (_dir, store) = racing().await;
         store.lose_answers(K, 1);
         let err = cas_update(store.as_ref(), P, K, &options(5), increment).await.unwrap_err();
         assert!(matches!(err, CasError::Meta(MetaError::OutcomeUnknown(_))), "{err:?}");
@@ -399,14 +406,15 @@ mod tests {
         // Re-reading, the mutation sees its own write and decides from it: "set to 2 unless
         // it is 2 already" writes once.
         store.lose_answers(K, 1);
-        let updated = cas_update(store.as_ref(), P, K, &options(5).reread_unknown_outcomes(), |current| {
-            match current.map(|c: &Current<Counter>| c.value.0) {
+        let updated =
+            cas_update(store.as_ref(), P, K, &options(5).reread_unknown_outcomes(), |current| match current
+                .map(|c: &Current<Counter>| c.value.0)
+            {
                 Some(2) => Ok(Change::Keep),
                 _ => Ok(Change::Write(Counter(2))),
-            }
-        })
-        .await
-        .unwrap();
+            })
+            .await
+            .unwrap();
         assert_eq!((updated.value(), updated.written, updated.rounds), (Some(&Counter(2)), false, 2));
     }
 }

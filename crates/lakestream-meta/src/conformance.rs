@@ -587,13 +587,20 @@ pub async fn check_concurrent_cas_updates(factory: &dyn StoreFactory) {
     let options = CasOptions::new(lakestream_format::retry::Backoff::seeded(policy, s.seed));
     let mut tasks = tokio::task::JoinSet::new();
     for _ in 0..TASKS {
-        let (store, partition, key, options) = (Arc::clone(&store), s.partition.clone(), key.clone(), options.clone());
+        let (store, partition, key, options) =
+            (Arc::clone(&store), s.partition.clone(), key.clone(), options.clone());
         tasks.spawn(async move {
             let mut seen = Vec::new();
             for _ in 0..UPDATES_PER_TASK {
-                let updated = cas_update(store.as_ref(), &partition, &key, &options, |c: Option<&Current<CasCounter>>| {
-                    Ok(Change::Write(CasCounter(c.map_or(0, |c| c.value.0) + 1)))
-                })
+                let updated = cas_update(
+                    store.as_ref(),
+                    &partition,
+                    &key,
+                    &options,
+                    |c: Option<&Current<CasCounter>>| {
+                        Ok(Change::Write(CasCounter(c.map_or(0, |c| c.value.0) + 1)))
+                    },
+                )
                 .await;
                 seen.push(updated.map(|u| (u.value().map(|c| c.0), u.written)));
             }
@@ -612,7 +619,11 @@ pub async fn check_concurrent_cas_updates(factory: &dyn StoreFactory) {
     values.sort_unstable();
     let expected: Vec<u64> = (1..=TASKS * UPDATES_PER_TASK).collect();
     assert_eq!(values, expected, "{}: each increment wrote its own value", s.check);
-    let stored = store.get(&s.partition, &key).await.unwrap_or_else(|e| s.fail(e)).unwrap_or_else(|| s.fail("no record"));
+    let stored = store
+        .get(&s.partition, &key)
+        .await
+        .unwrap_or_else(|e| s.fail(e))
+        .unwrap_or_else(|| s.fail("no record"));
     assert_eq!(&stored.value[..], (TASKS * UPDATES_PER_TASK).to_string().as_bytes(), "{}", s.check);
 }
 

@@ -103,7 +103,8 @@ impl LeaseError {
 
 /// The pauses between attempts to delete an unusable lease record: below 10 ms, doubling to
 /// 1 s, with full jitter; bounded by the delete's success or the session's end.
-const DELETE_BACKOFF: BackoffPolicy = BackoffPolicy::unbounded(Duration::from_millis(10), Duration::from_secs(1));
+const DELETE_BACKOFF: BackoffPolicy =
+    BackoffPolicy::unbounded(Duration::from_millis(10), Duration::from_secs(1));
 
 /// Spec "Leases": ephemeral `CreateIfAbsent` of `/stream-write-leases/{L}/{token}` through
 /// `session`, then `Get` of `/stream-write-fences/{L}`; if fenced or the `Get` fails, delete

@@ -81,7 +81,13 @@ impl MetaStore for RacingStore {
         self.inner.get_cmp(partition, key, cmp).await
     }
 
-    async fn put(&self, partition: &str, key: &str, value: Bytes, condition: PutCondition) -> MetaResult<WriteResult> {
+    async fn put(
+        &self,
+        partition: &str,
+        key: &str,
+        value: Bytes,
+        condition: PutCondition,
+    ) -> MetaResult<WriteResult> {
         if condition == PutCondition::None {
             return self.inner.put(partition, key, value, condition).await;
         }
@@ -132,7 +138,13 @@ impl MetaStore for RacingStore {
         self.inner.list(partition, start, end).await
     }
 
-    async fn scan(&self, partition: &str, start: &str, end: &str, limit: Option<usize>) -> MetaResult<Vec<Record>> {
+    async fn scan(
+        &self,
+        partition: &str,
+        start: &str,
+        end: &str,
+        limit: Option<usize>,
+    ) -> MetaResult<Vec<Record>> {
         self.inner.scan(partition, start, end, limit).await
     }
 

@@ -18,8 +18,16 @@
 //! | not found | 404 | `NOT_FOUND` | `not_found` |
 //! | already exists | 409 | `ALREADY_EXISTS` | `conflict` |
 //! | conflict: fenced log, dropped stream | 409 | `FAILED_PRECONDITION` | `conflict` |
-//! | contended (a lost race; retry) | 409 | `ABORTED` | `conflict` |
+//! | contended (lost compare-and-set races to concurrent changes; retry) | 409 + `Retry-After` | `ABORTED` + `retry-after` | `contended` |
 //! | in flight (a CloudEvent another request is appending; retry after a pause) | 409 + `Retry-After` | `ABORTED` + `retry-after` | `in_flight` |
+//!
+//! Contention is every lost compare-and-set, wherever it happens (`ErrorClass::Contended`:
+//! catalog records, counters, group offsets, producer state, trims, the CloudEvents ledger,
+//! the compactor's ledger), after the loop's own retries gave up. It is a 409 — the request
+//! met a concurrent change of the state it read, as `If-Match` races do, and gRPC's `ABORTED`
+//! ("a concurrency conflict; retry at a higher level") — not a 503: the service is healthy,
+//! and a client that backs off on 503s should not count it as an outage. Unlike the other
+//! 409s it is retryable as is, so it carries `Retry-After` and its own code `contended`.
 //! | out of sequence (an idempotent producer's gap or stale sequence) | 409 | `FAILED_PRECONDITION` | `out_of_sequence` |
 //! | precondition failed (a conditional append's expected next offset) | 412 | `FAILED_PRECONDITION` | `precondition_failed` |
 //! | too large | 413 | `RESOURCE_EXHAUSTED` | `too_large` |
@@ -68,7 +76,8 @@ pub enum ErrorKind {
     AlreadyExists,
     /// The state forbids the operation (a fenced log, a dropped stream); retrying will not help.
     Conflict,
-    /// A lost race with a concurrent change; retrying may succeed.
+    /// Lost compare-and-set races with concurrent changes ([`ErrorClass::Contended`]):
+    /// nothing was changed; retrying the same request after a pause may succeed.
     Contended,
     /// A CloudEvent of the request is being appended by another request (its deduplication
     /// claim is live); nothing was appended. Retrying the whole request after a pause is safe.
@@ -161,7 +170,8 @@ impl ErrorKind {
             ErrorKind::Unauthenticated => "unauthenticated",
             ErrorKind::PermissionDenied => "permission_denied",
             ErrorKind::NotFound => "not_found",
-            ErrorKind::AlreadyExists | ErrorKind::Conflict | ErrorKind::Contended => "conflict",
+            ErrorKind::AlreadyExists | ErrorKind::Conflict => "conflict",
+            ErrorKind::Contended => "contended",
             ErrorKind::InFlight => "in_flight",
             ErrorKind::OutOfSequence => "out_of_sequence",
             ErrorKind::PreconditionFailed => "precondition_failed",
@@ -227,6 +237,7 @@ impl ErrorKind {
             ErrorKind::Backpressure
             | ErrorKind::Unavailable
             | ErrorKind::RateLimited
+            | ErrorKind::Contended
             | ErrorKind::InFlight => Some(1),
             _ => None,
         }
@@ -1468,10 +1479,10 @@ mod tests {
             let status = kind.http_status();
             assert!(status.is_client_error() || status.is_server_error(), "{kind:?}");
             assert_ne!(kind.grpc_code(), tonic::Code::Ok, "{kind:?}");
-            // Only retryable kinds carry a retry hint: 503 / UNAVAILABLE, and the rate limit's
-            // 429 / RESOURCE_EXHAUSTED.
+            // Only retryable kinds carry a retry hint: 503 / UNAVAILABLE, the rate limit's
+            // 429 / RESOURCE_EXHAUSTED, and the lost races' 409 / ABORTED.
             if kind.retry_after_secs().is_some()
-                && ![ErrorKind::RateLimited, ErrorKind::InFlight].contains(&kind)
+                && ![ErrorKind::RateLimited, ErrorKind::InFlight, ErrorKind::Contended].contains(&kind)
             {
                 assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
                 assert_eq!(kind.grpc_code(), tonic::Code::Unavailable);
@@ -1483,13 +1494,17 @@ mod tests {
             tonic::Code::DeadlineExceeded
         );
         assert_eq!(ErrorKind::of_class(ErrorClass::Conflict).http_status(), StatusCode::CONFLICT);
-        // A lost race is one kind everywhere: 409, ABORTED, `conflict`, a retriable Kafka code.
+        // A lost race is one kind everywhere: 409 + Retry-After, ABORTED + retry-after, its
+        // own code (a client tells it from the conflicts that retrying cannot fix), and a
+        // Kafka code clients retry.
         let contended = ErrorKind::of_class(ErrorClass::Contended);
         assert_eq!(contended, ErrorKind::Contended);
         assert_eq!(
-            (contended.http_status(), contended.grpc_code(), contended.code()),
-            (StatusCode::CONFLICT, tonic::Code::Aborted, "conflict")
+            (contended.http_status(), contended.grpc_code(), contended.code(), contended.retry_after_secs()),
+            (StatusCode::CONFLICT, tonic::Code::Aborted, "contended", Some(1))
         );
+        assert_ne!(contended.code(), ErrorKind::Conflict.code());
+        assert_eq!(ErrorKind::Conflict.retry_after_secs(), None, "a conflict is not retried as is");
         assert_eq!(contended.kafka_code(), 56, "KAFKA_STORAGE_ERROR: clients retry it");
     }
 

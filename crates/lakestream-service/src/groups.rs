@@ -36,7 +36,9 @@
 use bytes::Bytes;
 use lakestream_format::LogId;
 use lakestream_format::retry::{Backoff, BackoffPolicy};
-use lakestream_meta::{CasError, CasOptions, CasRecord, Change, Current, MetaError, MetaStore, PutCondition, Record};
+use lakestream_meta::{
+    CasError, CasOptions, CasRecord, Change, Current, MetaError, MetaStore, PutCondition, Record,
+};
 use serde::{Deserialize, Serialize};
 
 use crate::api::{ApiError, ApiResult, ErrorKind};
@@ -158,7 +160,9 @@ impl CasRecord for CommittedOffset {
     }
 
     fn encode(&self) -> ApiResult<Bytes> {
-        serde_json::to_vec(self).map(Bytes::from).map_err(|e| ApiError::new(ErrorKind::Internal, e.to_string()))
+        serde_json::to_vec(self)
+            .map(Bytes::from)
+            .map_err(|e| ApiError::new(ErrorKind::Internal, e.to_string()))
     }
 }
 
@@ -400,6 +404,42 @@ mod tests {
         let found: Vec<(usize, u64)> = offsets.iter().map(|c| (c.partition, c.offset)).collect();
         assert_eq!(found, [(0, 4), (1, 3)]);
         assert!(store.offsets("ns", "nobody").await.unwrap().is_empty());
+    }
+
+    /// A commit that keeps losing compare-and-set races to other commits of the same
+    /// partition (real ones, on the embedded store) ends `Contended` after its policy's
+    /// attempts — the one answer of every lost race: 409 with `Retry-After` and the code
+    /// `contended` — having written nothing of its own; once the races stop it succeeds.
+    #[tokio::test]
+    async fn a_commit_that_keeps_losing_races_is_contended() {
+        use std::sync::Arc;
+        use std::time::Duration;
+
+        use lakestream_format::retry::{Backoff, BackoffPolicy};
+        use lakestream_meta::racing::RacingStore;
+
+        let dir = tempfile::tempdir().unwrap();
+        let embedded = lakestream_meta::EmbeddedStore::open(dir.path().join("metadata.redb")).await.unwrap();
+        let meta = RacingStore::new(Arc::new(embedded));
+        let policy = BackoffPolicy::new(Duration::ZERO, Duration::ZERO, 3);
+        let store = GroupStore::new(meta.as_ref()).with_backoff(Backoff::seeded(policy, 1));
+        let commit = |offset| OffsetCommit { offset, generation: 1, metadata: String::new() };
+        store.commit("ns", "g", "s", 0, LogId(7), &commit(5)).await.unwrap();
+
+        let key = offset_key("ns", "g", LogId(7));
+        meta.race(&key, u64::MAX);
+        let err = store.commit("ns", "g", "s", 0, LogId(7), &commit(9)).await.unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::Contended, "{err:?}");
+        assert_eq!(
+            (err.http_status(), err.code(), err.retry_after_secs()),
+            (http::StatusCode::CONFLICT, "contended", Some(1))
+        );
+        assert_eq!(meta.put_times().len(), 3, "the policy's attempts, no more");
+
+        meta.race(&key, 0);
+        let offsets = store.offsets("ns", "g").await.unwrap();
+        assert_eq!(offsets.iter().map(|c| c.offset).collect::<Vec<_>>(), [5], "nothing of ours written");
+        assert_eq!(store.commit("ns", "g", "s", 0, LogId(7), &commit(9)).await.unwrap().offset, 9);
     }
 
     #[test]

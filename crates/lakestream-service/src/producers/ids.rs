@@ -85,7 +85,9 @@ impl CasRecord for Counter {
     }
 
     fn encode(&self) -> ApiResult<Bytes> {
-        serde_json::to_vec(self).map(Bytes::from).map_err(|e| ApiError::new(ErrorKind::Internal, e.to_string()))
+        serde_json::to_vec(self)
+            .map(Bytes::from)
+            .map_err(|e| ApiError::new(ErrorKind::Internal, e.to_string()))
     }
 
     /// The counter only moves up: a block once taken is never handed out again.
@@ -138,7 +140,8 @@ impl ProducerIds {
             block = (start, end);
             Ok(Change::Write(Counter { v: 1, next: end }))
         };
-        let taken = cas_update(self.meta.as_ref(), ID_COUNTER_PARTITION, ID_COUNTER_KEY, &self.cas, take).await;
+        let taken =
+            cas_update(self.meta.as_ref(), ID_COUNTER_PARTITION, ID_COUNTER_KEY, &self.cas, take).await;
         match taken {
             Ok(_) => Ok(block),
             Err(CasError::Record(e)) => Err(e),
