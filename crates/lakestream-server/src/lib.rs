@@ -60,12 +60,13 @@ pub async fn run(
     let deadline_of = |at: tokio::time::Instant| at + drain_delay + bound;
     let serving = serve(config, service.api().clone(), front_ends, on_listening, shutdown);
     let passed = async {
-        if let Ok(at) = signal_seen.wait_for(Option::is_some).await
-            && let Some(at) = *at
-        {
-            tokio::time::sleep_until(deadline_of(at)).await;
-        } else {
-            std::future::pending::<()>().await;
+        let at = match signal_seen.wait_for(Option::is_some).await {
+            Ok(at) => *at,
+            Err(_) => None,
+        };
+        match at {
+            Some(at) => tokio::time::sleep_until(deadline_of(at)).await,
+            None => std::future::pending::<()>().await,
         }
     };
     let served = tokio::select! {
