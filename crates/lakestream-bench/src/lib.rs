@@ -3,7 +3,7 @@
 //!
 //! Vocabulary:
 //! - a **scenario** (`produce`, `consume`, `compact`, `events`) drives one path of the
-//!   system, in process, over a [`Stack`](lakestream_service::Stack) opened from the same
+//!   system, in process, over a [`Stack`](lakestream_service::testkit::Stack) opened from the same
 //!   [`BenchConfig`] the services use; `meta` drives the
 //!   stack's metadata store alone, the baseline of the writer's publishing;
 //! - a **baseline** is the raw cost of what that path must do at least: `ObjectStore::put`

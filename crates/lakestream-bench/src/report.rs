@@ -1,5 +1,5 @@
 //! The report of a run: one [`ScenarioReport`] per scenario, rendered as JSON, a Markdown
-//! table and PNG plots by [`write`].
+//! table and PNG plots by [`write()`].
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -135,7 +135,7 @@ impl Target {
     }
 }
 
-/// The files [`write`] produced.
+/// The files [`write()`] produced.
 #[derive(Debug, Clone)]
 pub struct Written {
     /// `report.json`.

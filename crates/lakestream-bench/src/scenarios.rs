@@ -8,7 +8,7 @@
 //!   `flush_bytes` objects at the writer's upload concurrency, raw PUTs of 4 MiB × 8 (fixed,
 //!   so that small objects cannot lower the bar), raw sequenced puts at one sequence per log.
 //!   CPU per MiB acknowledged counts this process and the S3 server's ([`S3_PID_ENV`]).
-//! - **consume** ([`crate::consume`]): reads as clients see them, over HTTP and gRPC: cold
+//! - **consume** (`consume.rs`): reads as clients see them, over HTTP and gRPC: cold
 //!   (bytes fetched from storage beside bytes delivered), cached (per CPU second), compacted
 //!   and a one-log catch-up, each against raw GETs of the same objects at the same concurrency.
 //! - **compact**: writes a data set, compacts every log (the compactor's WAL GETs and bytes

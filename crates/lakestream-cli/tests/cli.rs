@@ -212,7 +212,7 @@ fn request_spans_are_exported_over_otlp() {
     let config = service_config(dir.path(), port, &extra);
     let mut command = Command::new(BIN);
     command.args(["serve", "--config"]).arg(&config).stdout(Stdio::null());
-    let Spawned { child: mut child, .. } = spawn_listening(command, port, "lakestream serve");
+    let Spawned { mut child, .. } = spawn_listening(command, port, "lakestream serve");
     let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
     write!(
         stream,

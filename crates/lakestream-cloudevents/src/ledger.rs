@@ -21,6 +21,7 @@
 //! ```text
 //! key                                                            value (JSON)
 //! /lakestream-cloudevents/ledger/{L0:020}-{sha256 hex}           {"v":1,"state":"pending","token":"…","at":1700000000000}
+//!                                                                {"v":1,"state":"pending","token":"…","at":…,"unsure":[{"partition":0,"from":41}]}
 //!                                                                {"v":1,"state":"done","partition":0,"offset":41,"at":1700000000123}
 //! ```
 //!
@@ -43,8 +44,28 @@
 //!    by `CompareAndSet` on the claim's version, all concurrently. On an append that
 //!    definitely failed the caller calls [`Ledger::release`] instead.
 //!
+//! ## Unknown outcomes
+//!
+//! An append whose outcome is unknown (a timeout: the entry may be in the log, or may still
+//! land) neither completes nor releases its claims. [`Ledger::keep_unsure`] rewrites each as a
+//! claim that names where the entry could be — the partition, and its next offset read before
+//! the append (`unsure`) — and restarts its lapse, which leaves the writer time to settle the
+//! put. A request that takes such a claim over after the lapse inherits the `unsure` places
+//! ([`Claim::unsure`]) and must read them before appending: an event found there is a
+//! duplicate at the offset found ([`Ledger::complete`] records it as done), and only an event
+//! found nowhere is appended again. So an append with an unknown outcome is never repeated
+//! blindly.
+//!
 //! A request that appended and then died (or stalled past the lapse) before completing is the
-//! one way an event can be appended twice: its claims lapse and a retry appends again.
+//! one way an event can be appended twice: its claims lapse, and a retry appends again. That
+//! is the one duplicate case the CloudEvents document allows.
+//!
+//! ## Atomicity
+//!
+//! A request's claims are one record per event, not one write: the metadata store has no
+//! multi-key transaction. Two requests sharing events are still ordered (the smallest key is
+//! claimed first, and a request that meets a live claim gives back all of its own), but a
+//! crash between the claims of one request leaves some of them behind, to lapse.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -161,6 +182,17 @@ pub enum EventClaim {
     SameAs(usize),
 }
 
+/// Where an earlier append of an event, whose outcome is unknown, may have put it: a
+/// partition, from the offset that was its next one before that append.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct Unsure {
+    /// The stream partition.
+    pub partition: u32,
+    /// The partition's next offset before the append: the entry, if it landed, is at or
+    /// after it.
+    pub from: u64,
+}
+
 /// A request's claims on its new events.
 #[derive(Debug, Clone)]
 pub struct Claim {
@@ -171,6 +203,8 @@ pub struct Claim {
     events: Vec<EventClaim>,
     /// Versions of the claim records this request holds, by key.
     held: HashMap<Key, i64>,
+    /// Where earlier appends of held keys with unknown outcomes may have put them.
+    unsure: HashMap<Key, Vec<Unsure>>,
     keys: Vec<Key>,
 }
 
@@ -190,10 +224,18 @@ impl Claim {
         self.held.is_empty()
     }
 
-    /// Drops the claim on `key` without completing or releasing it: it lapses. For an append
-    /// whose outcome is unknown, whose entry may be in the log.
+    /// Drops the claim on `key` without completing or releasing it: it lapses. (After an
+    /// append with an unknown outcome, [`Ledger::keep_unsure`] keeps it instead.)
     pub fn abandon(&mut self, key: &Key) {
         self.held.remove(key);
+        self.unsure.remove(key);
+    }
+
+    /// Where an earlier append of the new event at `index`, with an unknown outcome, may have
+    /// put it (empty for an event never appended before). The caller reads those places
+    /// before appending the event: if it is there, it is a duplicate at the offset found.
+    pub fn unsure(&self, index: usize) -> &[Unsure] {
+        self.keys.get(index).and_then(|key| self.unsure.get(key)).map_or(&[], Vec::as_slice)
     }
 
     /// Whether the claims are young enough to start an append: within half the lapse of
@@ -285,8 +327,18 @@ impl LedgerError {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "state", rename_all = "snake_case")]
 enum Entry {
-    Pending { token: String, at: i64 },
-    Done { partition: u32, offset: u64, at: i64 },
+    Pending {
+        token: String,
+        at: i64,
+        /// Earlier appends of the event with unknown outcomes (absent in most records).
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        unsure: Vec<Unsure>,
+    },
+    Done {
+        partition: u32,
+        offset: u64,
+        at: i64,
+    },
 }
 
 #[derive(Serialize, Deserialize)]
@@ -312,7 +364,7 @@ fn decode(key: &str, value: &[u8]) -> Result<Entry, LedgerError> {
 
 /// The result of claiming one key.
 enum KeyClaim {
-    Claimed(i64),
+    Claimed(i64, Vec<Unsure>),
     Duplicate(Placement),
     InFlight,
 }
@@ -387,7 +439,7 @@ impl Ledger {
             // The smallest key first: of two requests for the same keys, the one that gets it
             // goes on to claim the rest, and the other stops here without claiming anything.
             let outcome = self.claim_one(scope, first, &token).await;
-            let stop = !matches!(outcome, Ok(KeyClaim::Claimed(_)) | Ok(KeyClaim::Duplicate(_)));
+            let stop = !matches!(outcome, Ok(KeyClaim::Claimed(..)) | Ok(KeyClaim::Duplicate(_)));
             results.push((*first, outcome));
             if !stop {
                 let rest_results =
@@ -397,13 +449,17 @@ impl Ledger {
             }
         }
         let mut held = HashMap::new();
+        let mut unsure = HashMap::new();
         let mut in_flight: Option<usize> = None;
         let mut failure: Option<LedgerError> = None;
         for (key, outcome) in results {
             let index = first_index[&key];
             match outcome {
-                Ok(KeyClaim::Claimed(version)) => {
+                Ok(KeyClaim::Claimed(version, places)) => {
                     held.insert(key, version);
+                    if !places.is_empty() {
+                        unsure.insert(key, places);
+                    }
                 }
                 Ok(KeyClaim::Duplicate(placement)) => events[index] = EventClaim::Duplicate(placement),
                 Ok(KeyClaim::InFlight) => in_flight = Some(in_flight.map_or(index, |i| i.min(index))),
@@ -419,6 +475,7 @@ impl Ledger {
             lapse_ms: self.lapse_ms(),
             events,
             held,
+            unsure,
             keys: keys.to_vec(),
         };
         if failure.is_some() || in_flight.is_some() {
@@ -445,9 +502,15 @@ impl Ledger {
             if round > 0 {
                 tokio::time::sleep(backoff.delay(round - 1)).await;
             }
-            let pending = || encode(Entry::Pending { token: token.to_string(), at: self.clock.now_ms() });
-            match self.meta.put(LEDGER_PARTITION, &record_key, pending(), PutCondition::IfAbsent).await {
-                Ok(written) => return Ok(KeyClaim::Claimed(written.version)),
+            let pending = |unsure: Vec<Unsure>| {
+                encode(Entry::Pending { token: token.to_string(), at: self.clock.now_ms(), unsure })
+            };
+            match self
+                .meta
+                .put(LEDGER_PARTITION, &record_key, pending(Vec::new()), PutCondition::IfAbsent)
+                .await
+            {
+                Ok(written) => return Ok(KeyClaim::Claimed(written.version, Vec::new())),
                 Err(MetaError::KeyExists { .. }) => {}
                 Err(e) => return Err(e.into()),
             }
@@ -464,13 +527,23 @@ impl Ledger {
                     Entry::Pending { .. } => KeyClaim::InFlight,
                 });
             }
-            // Expired or lapsed: take it over, unless someone else does first.
+            // Expired or lapsed: take it over, unless someone else does first. A lapsed claim's
+            // unknown outcomes pass on to the new claim: the new holder must look for them.
+            let inherited = match entry {
+                Entry::Pending { unsure, .. } => unsure,
+                Entry::Done { .. } => Vec::new(),
+            };
             match self
                 .meta
-                .put(LEDGER_PARTITION, &record_key, pending(), PutCondition::IfVersion(record.version))
+                .put(
+                    LEDGER_PARTITION,
+                    &record_key,
+                    pending(inherited.clone()),
+                    PutCondition::IfVersion(record.version),
+                )
                 .await
             {
-                Ok(written) => return Ok(KeyClaim::Claimed(written.version)),
+                Ok(written) => return Ok(KeyClaim::Claimed(written.version, inherited)),
                 Err(MetaError::VersionMismatch { .. }) => {}
                 Err(e) => return Err(e.into()),
             }
@@ -479,8 +552,9 @@ impl Ledger {
     }
 
     /// Records where the claimed events landed: one `done` record per key this request holds,
-    /// each written by compare-and-set on the claim's version, concurrently. Keys without a
-    /// placement in `placements` are released instead.
+    /// each written by compare-and-set on the claim's version, concurrently (a key whose
+    /// unknown outcome was found in the log is recorded at the place found). Keys without a
+    /// placement in `placements` are released instead, as [`Ledger::release`] does.
     pub async fn complete(
         &self,
         claim: &mut Claim,
@@ -488,10 +562,14 @@ impl Ledger {
     ) -> Result<Completion, LedgerError> {
         let now = self.clock.now_ms();
         let held: Vec<(Key, i64)> = claim.held.drain().collect();
-        let (scope, token) = (claim.scope, claim.token.as_str());
+        let unsure = std::mem::take(&mut claim.unsure);
+        let (scope, token, unsure) = (claim.scope, claim.token.as_str(), &unsure);
         let writes = held.iter().map(|(key, version)| async move {
             let record_key = scope.record_key(key);
             let Some(placement) = placements.get(key) else {
+                if unsure.contains_key(key) {
+                    return Ok(None); // left to lapse with its unknown outcomes (see `release`)
+                }
                 return self.release_one(&record_key, token).await.map(|_| None);
             };
             let done =
@@ -532,11 +610,43 @@ impl Ledger {
         }
     }
 
+    /// After an append of `keys` (claimed by `claim`) to `unsure.partition` whose outcome is
+    /// unknown: each claim is kept, naming the place where the entry may be, and its lapse
+    /// restarts now; the request no longer holds it. Whoever takes it over after the lapse
+    /// reads that place first ([`Claim::unsure`]). Best effort, key by key: a claim that
+    /// cannot be rewritten is left as it is, to lapse (the old behaviour), and counted.
+    pub async fn keep_unsure(&self, claim: &mut Claim, keys: &[Key], unsure: Unsure) -> usize {
+        let mut not_kept = 0;
+        for key in keys {
+            let Some(version) = claim.held.remove(key) else { continue };
+            let mut places = claim.unsure.remove(key).unwrap_or_default();
+            if !places.contains(&unsure) {
+                places.push(unsure);
+            }
+            let record_key = claim.scope.record_key(key);
+            let kept = encode(Entry::Pending {
+                token: claim.token.clone(),
+                at: self.clock.now_ms(),
+                unsure: places,
+            });
+            if let Err(e) =
+                self.meta.put(LEDGER_PARTITION, &record_key, kept, PutCondition::IfVersion(version)).await
+            {
+                tracing::warn!(key = %record_key, error = %e, "could not record an unknown outcome in a ledger claim; it lapses as it is");
+                not_kept += 1;
+            }
+        }
+        not_kept
+    }
+
     /// Gives back every claim `claim` still holds (after an append that definitely failed),
     /// so a retry need not wait for the lapse. Best effort: a failure leaves the claim to
-    /// lapse.
+    /// lapse. A claim that names unknown outcomes ([`Claim::unsure`]) is left to lapse, so that
+    /// the places it names are still read before its event is appended.
     pub async fn release(&self, claim: &mut Claim) {
-        let held: Vec<Key> = claim.held.drain().map(|(key, _)| key).collect();
+        let unsure = std::mem::take(&mut claim.unsure);
+        let held: Vec<Key> =
+            claim.held.drain().map(|(key, _)| key).filter(|key| !unsure.contains_key(key)).collect();
         let token = claim.token.clone();
         let deletes = held.iter().map(|key| {
             let record_key = claim.scope.record_key(key);
@@ -716,6 +826,78 @@ mod tests {
             assert_eq!(ledger.lookup(SCOPE, &free).await.unwrap(), None);
         }
         assert_eq!(ledger.lookup(SCOPE, &key(5)).await.unwrap(), Some(KeyState::Pending));
+    }
+
+    #[tokio::test]
+    async fn an_unknown_outcome_keeps_the_claim_and_passes_its_place_to_the_next_holder() {
+        let (ledger, clock, _) = ledger(Duration::from_secs(3600));
+        let mut first = claimed(ledger.claim(SCOPE, &[key(1), key(2)]).await.unwrap());
+        assert_eq!(first.unsure(0), &[] as &[Unsure]);
+        clock.advance_ms(60_000);
+        // The append of key(1) has an unknown outcome; key(2)'s definitely failed.
+        let place = Unsure { partition: 1, from: 40 };
+        assert_eq!(ledger.keep_unsure(&mut first, &[key(1)], place).await, 0);
+        ledger.release(&mut first).await;
+        assert_eq!(ledger.lookup(SCOPE, &key(1)).await.unwrap(), Some(KeyState::Pending), "kept");
+        assert_eq!(ledger.lookup(SCOPE, &key(2)).await.unwrap(), None, "released");
+        // Its lapse restarted at the unknown outcome: a retry waits it out...
+        clock.advance_ms(119_999);
+        assert!(matches!(ledger.claim(SCOPE, &[key(1)]).await.unwrap(), ClaimResult::InFlight { .. }));
+        clock.advance_ms(1);
+        // ...then holds the claim with the place to read before appending.
+        let mut retry = claimed(ledger.claim(SCOPE, &[key(2), key(1)]).await.unwrap());
+        assert_eq!(retry.events(), &[EventClaim::New, EventClaim::New]);
+        assert_eq!(retry.unsure(0), &[] as &[Unsure]);
+        assert_eq!(retry.unsure(1), &[place]);
+        // Found there: recorded as done at the offset found.
+        let found = HashMap::from([(key(1), Placement { partition: 1, offset: 42 })]);
+        let done = ledger.complete(&mut retry, &found).await.unwrap();
+        assert_eq!(done, Completion { recorded: 1, lost: 0 });
+        let dup = claimed(ledger.claim(SCOPE, &[key(1)]).await.unwrap());
+        assert_eq!(dup.events(), &[EventClaim::Duplicate(Placement { partition: 1, offset: 42 })]);
+    }
+
+    #[tokio::test]
+    async fn a_claim_naming_unknown_outcomes_is_never_released_only_lapses() {
+        let (ledger, clock, _) = ledger(Duration::from_secs(3600));
+        let mut first = claimed(ledger.claim(SCOPE, &[key(1)]).await.unwrap());
+        let place = Unsure { partition: 0, from: 7 };
+        ledger.keep_unsure(&mut first, &[key(1)], place).await;
+        clock.advance_ms(120_000);
+        // The next holder's append definitely fails: releasing must not forget the place.
+        let mut second = claimed(ledger.claim(SCOPE, &[key(1)]).await.unwrap());
+        assert_eq!(second.unsure(0), &[place]);
+        ledger.release(&mut second).await;
+        assert_eq!(ledger.lookup(SCOPE, &key(1)).await.unwrap(), Some(KeyState::Pending));
+        // Its own unknown outcome adds a second place; both pass on.
+        clock.advance_ms(120_000);
+        let mut third = claimed(ledger.claim(SCOPE, &[key(1)]).await.unwrap());
+        let later = Unsure { partition: 0, from: 9 };
+        ledger.keep_unsure(&mut third, &[key(1)], later).await;
+        let none: HashMap<Key, Placement> = HashMap::new();
+        ledger.complete(&mut third, &none).await.unwrap();
+        clock.advance_ms(120_000);
+        let fourth = claimed(ledger.claim(SCOPE, &[key(1)]).await.unwrap());
+        assert_eq!(fourth.unsure(0), &[place, later]);
+    }
+
+    #[test]
+    fn claims_without_unknown_outcomes_keep_their_layout() {
+        let plain = encode(Entry::Pending { token: "t".into(), at: 5, unsure: Vec::new() });
+        assert_eq!(&plain[..], br#"{"v":1,"state":"pending","token":"t","at":5}"#);
+        let kept = encode(Entry::Pending {
+            token: "t".into(),
+            at: 5,
+            unsure: vec![Unsure { partition: 2, from: 9 }],
+        });
+        assert_eq!(
+            &kept[..],
+            br#"{"v":1,"state":"pending","token":"t","at":5,"unsure":[{"partition":2,"from":9}]}"#
+        );
+        assert_eq!(
+            decode("k", &kept).unwrap(),
+            Entry::Pending { token: "t".into(), at: 5, unsure: vec![Unsure { partition: 2, from: 9 }] }
+        );
     }
 
     #[tokio::test]

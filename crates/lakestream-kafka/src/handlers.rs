@@ -341,7 +341,7 @@ impl Handler {
         if let Err(e) = self.admit(Permission::Write) {
             return fail_all(group, code_of(&e), e.message());
         }
-        let topic = match self.topic(topic, false).await {
+        let topic = match self.produce_topic(topic, partition).await {
             Ok(t) => t,
             Err(e) => return fail_all(group, code_of(&e), e.message()),
         };
@@ -383,6 +383,19 @@ impl Handler {
         for run in runs {
             self.append_run(target, run).await;
         }
+    }
+
+    /// The topic a produce names, from the cache when it was resolved recently and has the
+    /// partition (see [`topics::TopicCache`]), else looked up and cached.
+    async fn produce_topic(&self, name: &str, partition: i32) -> ApiResult<Topic> {
+        if let Some(topic) = self.shared.topics.get(name)
+            && usize::try_from(partition).is_ok_and(|p| p < topic.partitions)
+        {
+            return Ok(topic);
+        }
+        let topic = self.topic(name, false).await?;
+        self.shared.topics.insert(&topic);
+        Ok(topic)
     }
 
     /// Hands a run of requests to the writer as one entry, or, when together they are over
@@ -474,7 +487,14 @@ impl Handler {
             producer: producer.map(|p| p.sequence(records)).transpose()?,
             ..ProduceOptions::default()
         };
-        let outcomes = self.api.produce_pipelined(self.caller(), target, input, options).await?;
+        let outcomes = match self.api.produce_pipelined(self.caller(), target, input, options).await {
+            // The cached topic's stream was dropped (or replaced): look it up again next time.
+            Err(e) if e.kind() == ErrorKind::NotFound => {
+                self.shared.topics.forget_stream(target.stream);
+                return Err(e);
+            }
+            other => other?,
+        };
         Ok(async move {
             match outcomes.await?.into_iter().next() {
                 Some(Ok(ack)) => Ok(ack.offset as i64),
@@ -895,10 +915,13 @@ impl Handler {
                 }
             };
             responses.push(match found {
-                Ok(Some(topic)) => match topics::delete(&self.api, self.caller(), &topic).await {
-                    Ok(()) => out.with_name(Some(topic_name(&topic.name))).with_topic_id(topic.id),
-                    Err(e) => fail(admin_code_of(&e), e.message().to_owned()),
-                },
+                Ok(Some(topic)) => {
+                    self.shared.topics.forget(&topic.name);
+                    match topics::delete(&self.api, self.caller(), &topic).await {
+                        Ok(()) => out.with_name(Some(topic_name(&topic.name))).with_topic_id(topic.id),
+                        Err(e) => fail(admin_code_of(&e), e.message().to_owned()),
+                    }
+                }
                 Ok(None) if name.is_none() => {
                     fail(ResponseError::UnknownTopicId.code(), format!("no topic has ID {id}"))
                 }
@@ -952,6 +975,7 @@ impl Handler {
                 results.push(out);
                 continue;
             }
+            self.shared.topics.forget(&name);
             results.push(
                 match self
                     .api

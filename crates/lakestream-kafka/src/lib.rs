@@ -85,6 +85,8 @@ pub(crate) struct Settings {
 pub(crate) struct Shared {
     /// The consumer groups this process coordinates.
     pub coordinator: Arc<coordinator::Coordinator>,
+    /// The topics produce requests named recently.
+    pub topics: topics::TopicCache,
 }
 
 /// The name of this front end's own records in the metadata store (see
@@ -102,6 +104,7 @@ impl Shared {
                 settings.coordinator_session_timeout,
                 settings.group_initial_rebalance_delay,
             ),
+            topics: topics::TopicCache::new(topics::TOPIC_CACHE_TTL),
         })
     }
 }

@@ -30,6 +30,63 @@ pub(crate) struct Topic {
 /// Streams listed per catalog page while looking for topics.
 const PAGE: usize = 1000;
 
+/// How long a topic resolved for produce is used without looking again.
+pub(crate) const TOPIC_CACHE_TTL: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// The topics produce requests named recently. Finding a topic lists the streams of
+/// `default` (a metadata scan); without the cache every group of batches a partition receives
+/// would repeat it before the service looks the stream up again. A stale entry is harmless:
+/// the service refuses an append to a dropped stream (NotFound), whereupon the entry is
+/// forgotten and the client's retry finds the topic anew; a partition beyond the cached count
+/// is looked up afresh before it is refused. Entries also go when this process deletes,
+/// creates or grows the topic, and after [`TOPIC_CACHE_TTL`].
+#[derive(Debug)]
+pub(crate) struct TopicCache {
+    ttl: std::time::Duration,
+    entries: std::sync::Mutex<std::collections::HashMap<String, (Topic, tokio::time::Instant)>>,
+}
+
+impl TopicCache {
+    pub(crate) fn new(ttl: std::time::Duration) -> Self {
+        TopicCache { ttl, entries: std::sync::Mutex::default() }
+    }
+
+    fn entries(
+        &self,
+    ) -> std::sync::MutexGuard<'_, std::collections::HashMap<String, (Topic, tokio::time::Instant)>> {
+        // A panic while holding the lock cannot leave the map half-changed.
+        self.entries.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// The topic `name`, if it was resolved within the TTL.
+    pub(crate) fn get(&self, name: &str) -> Option<Topic> {
+        let mut entries = self.entries();
+        match entries.get(name) {
+            Some((topic, at)) if at.elapsed() < self.ttl => Some(topic.clone()),
+            Some(_) => {
+                entries.remove(name);
+                None
+            }
+            None => None,
+        }
+    }
+
+    /// Remembers a topic just resolved.
+    pub(crate) fn insert(&self, topic: &Topic) {
+        self.entries().insert(topic.name.clone(), (topic.clone(), tokio::time::Instant::now()));
+    }
+
+    /// Forgets the topic `name` (this process changed it).
+    pub(crate) fn forget(&self, name: &str) {
+        self.entries().remove(name);
+    }
+
+    /// Forgets the topic stored in `stream` (the stream is gone).
+    pub(crate) fn forget_stream(&self, stream: &str) {
+        self.entries().retain(|_, (topic, _)| topic.stream != stream);
+    }
+}
+
 fn topic_of(stream: &Stream) -> Option<Topic> {
     let incarnation = binding::parse_stream_name(&stream.name).ok()?;
     let bytes = URL_SAFE_NO_PAD.decode(&incarnation.topic_id).ok()?;
@@ -165,6 +222,30 @@ pub(crate) async fn delete(api: &Api, caller: &Caller, topic: &Topic) -> ApiResu
 mod tests {
     use super::*;
     use lakestream_service::SeededTokens;
+
+    fn topic(name: &str, stream: &str) -> Topic {
+        Topic { name: name.into(), id: Uuid::nil(), stream: stream.into(), partitions: 3 }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn cached_topics_expire_and_are_forgotten_by_name_and_stream() {
+        let cache = TopicCache::new(TOPIC_CACHE_TTL);
+        assert!(cache.get("orders").is_none());
+        cache.insert(&topic("orders", "orders-topic-id-A"));
+        cache.insert(&topic("users", "users-topic-id-B"));
+        assert_eq!(cache.get("orders").unwrap().stream, "orders-topic-id-A");
+        tokio::time::advance(TOPIC_CACHE_TTL - std::time::Duration::from_millis(1)).await;
+        assert!(cache.get("orders").is_some(), "fresh within the TTL");
+        tokio::time::advance(std::time::Duration::from_millis(1)).await;
+        assert!(cache.get("orders").is_none(), "expired at the TTL");
+        cache.insert(&topic("orders", "orders-topic-id-A"));
+        cache.insert(&topic("users", "users-topic-id-B"));
+        cache.forget_stream("orders-topic-id-A");
+        assert!(cache.get("orders").is_none(), "its stream is gone");
+        assert!(cache.get("users").is_some(), "another topic stays");
+        cache.forget("users");
+        assert!(cache.get("users").is_none());
+    }
 
     #[test]
     fn topic_ids_follow_kafka_rules() {

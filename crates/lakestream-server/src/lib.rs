@@ -39,7 +39,10 @@ pub type FrontEndTask = std::pin::Pin<Box<dyn Future<Output = ()> + Send + 'stat
 pub type FrontEnd = Box<dyn FnOnce(Api, FrontEndTask) -> FrontEndTask + Send>;
 
 /// Serves `service` with [`serve`], then shuts it down: background roles stop, and the writer
-/// publishes pending appends and releases its leases.
+/// publishes pending appends and releases its leases. From the signal, after the listener's
+/// drain delay, the rest (open requests finishing, then the service's shutdown) takes at most
+/// the service's `shutdown.timeout`: past it, open requests are cut and the service gives up
+/// ([`lakestream_service::Shutdown::DeadlinePassed`]).
 pub async fn run(
     config: &ServerConfig,
     service: Service,
@@ -47,8 +50,35 @@ pub async fn run(
     on_listening: impl FnOnce(Listening),
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    let served = serve(config, service.api().clone(), front_ends, on_listening, shutdown).await;
-    service.shutdown().await;
+    let bound = service.shutdown_timeout();
+    let drain_delay = config.listener.drain_delay;
+    let (signalled, mut signal_seen) = tokio::sync::watch::channel(None::<tokio::time::Instant>);
+    let shutdown = async move {
+        shutdown.await;
+        let _ = signalled.send(Some(tokio::time::Instant::now()));
+    };
+    let deadline_of = |at: tokio::time::Instant| at + drain_delay + bound;
+    let serving = serve(config, service.api().clone(), front_ends, on_listening, shutdown);
+    let passed = async {
+        let at = match signal_seen.wait_for(Option::is_some).await {
+            Ok(at) => *at,
+            Err(_) => None,
+        };
+        match at {
+            Some(at) => tokio::time::sleep_until(deadline_of(at)).await,
+            None => std::future::pending::<()>().await,
+        }
+    };
+    let served = tokio::select! {
+        served = serving => served,
+        () = passed => {
+            tracing::warn!(?bound, "open requests did not finish within shutdown.timeout: they are cut");
+            Ok(())
+        }
+    };
+    let at = *signal_seen.borrow();
+    let left = at.map_or(bound, |at| deadline_of(at).saturating_duration_since(tokio::time::Instant::now()));
+    service.shutdown_within(left).await;
     served
 }
 

@@ -55,6 +55,9 @@ pub struct ServiceConfig {
     /// CloudEvents ingest: the deduplication window (`dedup_window`, default 1 h, at most
     /// 24 h) and the claim lapse (`claim_lapse`, default 2 min).
     pub cloudevents: lakestream_cloudevents::ledger::LedgerConfig,
+    /// How long a shutdown may take (`timeout`, default 10 s): past it, pending work is
+    /// abandoned and write leases are left to expire with the metadata session.
+    pub shutdown: ShutdownConfig,
     /// The longest a fetch may wait for new entries, whatever the front end. Not a section of
     /// its own: the `lakestream` command sets it from `http.max_fetch_wait`. Default 30 s.
     #[serde(skip)]
@@ -78,6 +81,7 @@ impl Default for ServiceConfig {
             auth: crate::auth::AuthConfig::default(),
             limits: crate::limits::RateLimitConfig::default(),
             cloudevents: lakestream_cloudevents::ledger::LedgerConfig::default(),
+            shutdown: ShutdownConfig::default(),
             max_fetch_wait: DEFAULT_MAX_FETCH_WAIT,
         }
     }
@@ -158,6 +162,12 @@ impl ServiceConfig {
         if self.compactor_schedule.interval.is_zero() || self.compactor_schedule.gc_interval.is_zero() {
             return Err(InvalidSetting::new("compactor_schedule", "intervals must be greater than 0"));
         }
+        if self.shutdown.timeout.is_zero() || self.shutdown.timeout > Duration::from_secs(600) {
+            return Err(InvalidSetting::new(
+                "shutdown.timeout",
+                format!("is {:?}; it must be greater than 0 and at most 10 min", self.shutdown.timeout),
+            ));
+        }
         self.cloudevents
             .validate()
             .map_err(|e| InvalidSetting::new(format!("cloudevents.{}", e.field), &e.rule))?;
@@ -213,6 +223,32 @@ impl Default for CompactorSchedule {
         CompactorSchedule { interval: Duration::from_secs(10), gc_interval: Duration::from_secs(300) }
     }
 }
+
+/// The bound of a shutdown. A process told to stop (SIGTERM) lets open requests finish,
+/// stops its background roles, publishes pending appends and releases its write leases; with
+/// the metadata store unreachable, the last two could wait out request timeouts and the
+/// session (about 30 s), past an orchestrator's grace period (Kubernetes: 30 s), which then
+/// kills the process anyway. Past `timeout` the shutdown gives up instead: appends not yet
+/// acknowledged stay unacknowledged (their clients retry), and the leases expire with the
+/// metadata session, as after a crash. Nothing acknowledged is lost either way.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ShutdownConfig {
+    /// From the shutdown signal (after the listener's drain delay) to the end of the
+    /// shutdown. Default 10 s; at most 10 min.
+    #[serde(with = "humantime_serde")]
+    pub timeout: Duration,
+}
+
+impl Default for ShutdownConfig {
+    fn default() -> Self {
+        ShutdownConfig { timeout: DEFAULT_SHUTDOWN_TIMEOUT }
+    }
+}
+
+/// The default of [`ShutdownConfig::timeout`]: well under Kubernetes' default grace period
+/// of 30 s, with the Helm chart's drain delay (5 s) added.
+pub const DEFAULT_SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Retention enforcement, in processes serving the writer role.
 #[derive(Debug, Clone, Deserialize)]

@@ -16,15 +16,15 @@
 //! assigns them), so the event at record index `i` has offset `o + i`; that is the offset
 //! ingest answers and consume takes and reports.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use lakestream_catalog::Stream;
-use lakestream_cloudevents::ledger::{ClaimResult, EventClaim, Key, Placement, Scope};
+use lakestream_cloudevents::ledger::{ClaimResult, EventClaim, Key, Placement, Scope, Unsure};
 use lakestream_cloudevents::{AttrType, Attribute, CloudEvent, Data, json, kafka};
-use lakestream_format::{Entry, ErrorClass, LogRef};
+use lakestream_format::{Entry, LogRef};
 use serde::Serialize;
 
 use crate::api::{Api, ApiError, ApiResult, ErrorKind, FetchParams, PartitionRef};
@@ -149,7 +149,19 @@ impl Api {
             .collect();
         let keys: Vec<Key> = events.iter().map(CloudEvent::dedup_key).collect();
         let ledger = &self.stack.ledger;
-        let mut claim = match ledger.claim(Scope(first_log), &keys).await? {
+        // Beside the claims: each target partition's next offset, before anything of this
+        // request is appended. An entry of it lands at or after that offset, which is where an
+        // append with an unknown outcome is looked for.
+        let partitions: BTreeSet<u32> = targets.iter().copied().collect();
+        let reader = &self.stack.events_reader;
+        let next_offsets = partitions.iter().map(|&p| {
+            let log = stream.logs[p as usize];
+            async move { (p, reader.next_offset(log).await.ok()) }
+        });
+        let (claimed, next_offsets) =
+            tokio::join!(ledger.claim(Scope(first_log), &keys), futures::future::join_all(next_offsets));
+        let before: HashMap<u32, Option<u64>> = next_offsets.into_iter().collect();
+        let mut claim = match claimed? {
             ClaimResult::Claimed(claim) => claim,
             ClaimResult::InFlight { index, retry_after } => {
                 let mut error = ApiError::new(
@@ -165,10 +177,19 @@ impl Api {
             }
         };
 
+        // New events whose earlier append had an unknown outcome: looked for where it would
+        // have put them. One found there is a duplicate at the offset found.
+        let found = match self.find_unsure(&stream, &keys, &claim).await {
+            Ok(found) => found,
+            Err(e) => {
+                ledger.release(&mut claim).await;
+                return Err(e);
+            }
+        };
         // New events grouped per partition, in request order: one entry (one record batch) each.
         let mut groups: BTreeMap<u32, Vec<usize>> = BTreeMap::new();
         for (index, state) in claim.events().iter().enumerate() {
-            if *state == EventClaim::New {
+            if *state == EventClaim::New && !found.contains_key(&keys[index]) {
                 groups.entry(targets[index]).or_default().push(index);
             }
         }
@@ -210,7 +231,7 @@ impl Api {
             writer.append(*log, payload.clone(), u32::try_from(indexes.len()).unwrap_or(u32::MAX))
         });
         let acks = futures::future::join_all(appends).await;
-        let mut placements: HashMap<Key, Placement> = HashMap::new();
+        let mut placements: HashMap<Key, Placement> = found.clone();
         let mut first_error = None;
         for ((p, log, indexes, payload), ack) in payloads.iter().zip(acks) {
             self.metrics.record_append(&ack, payload.len(), started);
@@ -225,16 +246,32 @@ impl Api {
                     }
                 }
                 Err(e) => {
-                    if e.class() == ErrorClass::OutcomeUnknown {
-                        // The entry may be in the log: leave these claims to lapse rather than
-                        // let a retry append them again at once.
-                        for &i in indexes {
-                            claim.abandon(&keys[i]);
+                    let mut error = ApiError::from(e);
+                    error.message = format!("append to partition {p}: {}", error.message);
+                    if error.kind() == ErrorKind::OutcomeUnknown {
+                        // The entry may be in the log, or may still land: look now, and if it
+                        // is not there (yet), keep the claims naming where it would be.
+                        let group: Vec<Key> = indexes.iter().map(|&i| keys[i]).collect();
+                        let from = before.get(p).copied().flatten();
+                        let seen =
+                            self.find_appended(&stream, *p, from, &group.iter().copied().collect()).await;
+                        if let Ok(seen) = seen
+                            && seen.len() == group.len()
+                        {
+                            placements.extend(seen);
+                            continue;
                         }
+                        let unsure = Unsure { partition: *p, from: from.unwrap_or(0) };
+                        ledger.keep_unsure(&mut claim, &group, unsure).await;
+                        let lapse = ledger.config().claim_lapse;
+                        error.message = format!(
+                            "{}; its events' claims are kept for {lapse:?}: a retry after that finds them if \
+                             they landed, and appends them only if not",
+                            error.message
+                        );
+                        error.retry_after = Some(lapse);
                     }
                     if first_error.is_none() {
-                        let mut error = ApiError::from(e);
-                        error.message = format!("append to partition {p}: {}", error.message);
                         first_error = Some(error);
                     }
                 }
@@ -264,6 +301,10 @@ impl Api {
         let mut results = Vec::with_capacity(events.len());
         for (index, event) in events.iter().enumerate() {
             let (status, placement) = match claim.events()[index] {
+                // Found where an earlier append with an unknown outcome put it.
+                EventClaim::New if found.contains_key(&keys[index]) => {
+                    (EventStatus::Duplicate, placement_of(index))
+                }
                 EventClaim::New => (EventStatus::Appended, placement_of(index)),
                 EventClaim::Duplicate(placement) => (EventStatus::Duplicate, Some(placement)),
                 // A repeat answers with its first occurrence's placement, appended now or before.
@@ -280,6 +321,75 @@ impl Api {
             });
         }
         Ok(results)
+    }
+}
+
+impl Api {
+    /// The new events of `claim` whose earlier appends had unknown outcomes, found where
+    /// those appends would have put them ([`lakestream_cloudevents::ledger::Claim::unsure`]).
+    async fn find_unsure(
+        &self,
+        stream: &Stream,
+        keys: &[Key],
+        claim: &lakestream_cloudevents::ledger::Claim,
+    ) -> ApiResult<HashMap<Key, Placement>> {
+        let mut wanted: BTreeMap<Unsure, HashSet<Key>> = BTreeMap::new();
+        for (index, key) in keys.iter().enumerate() {
+            for place in claim.unsure(index) {
+                wanted.entry(*place).or_default().insert(*key);
+            }
+        }
+        let mut found = HashMap::new();
+        for (place, keys) in wanted {
+            let keys: HashSet<Key> = keys.into_iter().filter(|k| !found.contains_key(k)).collect();
+            if keys.is_empty() || place.partition as usize >= stream.partition_count() {
+                continue;
+            }
+            found.extend(self.find_appended(stream, place.partition, Some(place.from), &keys).await?);
+        }
+        Ok(found)
+    }
+
+    /// Where the events with `keys` are in `partition` of `stream`, from offset `from` (the
+    /// first readable offset when unknown) to the partition's end now: for appends whose
+    /// outcome is unknown. Rare, so it reads every entry in that range; only entries of
+    /// Kafka record batches can hold ingested events.
+    async fn find_appended(
+        &self,
+        stream: &Stream,
+        partition: u32,
+        from: Option<u64>,
+        keys: &HashSet<Key>,
+    ) -> ApiResult<HashMap<Key, Placement>> {
+        const READ_BYTES: usize = 8 << 20;
+        let reader = &self.stack.events_reader;
+        let log = stream.log_ref(partition as usize).ok_or_else(|| {
+            ApiError::new(ErrorKind::NotFound, format!("stream {} has no partition {partition}", stream.name))
+        })?;
+        let end = reader.next_offset(log.log_id).await?;
+        let mut offset = match from {
+            Some(from) => from,
+            None => reader.first_offset(log.log_id).await?,
+        };
+        let mut found = HashMap::new();
+        while offset < end && found.len() < keys.len() {
+            let batch = reader.read(&log, offset, READ_BYTES, Duration::ZERO).await?;
+            for entry in &batch.entries {
+                let Ok(records) = kafka::decode_record_batches(&entry.payload) else { continue };
+                for (i, record) in records.iter().enumerate() {
+                    let Ok(event) = kafka::record_to_event(record) else { continue };
+                    let key = event.dedup_key();
+                    if keys.contains(&key) {
+                        found.entry(key).or_insert(Placement { partition, offset: entry.offset + i as u64 });
+                    }
+                }
+            }
+            if batch.entries.is_empty() || batch.next_offset <= offset {
+                break;
+            }
+            offset = batch.next_offset;
+        }
+        Ok(found)
     }
 }
 

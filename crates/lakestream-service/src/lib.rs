@@ -51,6 +51,17 @@ pub mod testkit {
 pub struct Service {
     api: Api,
     background: background::Background,
+    shutdown_timeout: std::time::Duration,
+}
+
+/// How a [`Service::shutdown`] ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Shutdown {
+    /// Background roles stopped, pending appends published, write leases released.
+    Complete,
+    /// The deadline passed first: what was left is abandoned, and the write leases expire
+    /// with the metadata session (as after a crash; nothing acknowledged is lost).
+    DeadlinePassed,
 }
 
 impl Service {
@@ -61,7 +72,21 @@ impl Service {
         let metrics = Arc::new(metrics::Metrics::default());
         let background = background::Background::spawn(&stack, config, &metrics);
         let api = Api::new(stack, metrics, config.max_fetch_wait);
-        Ok(Service { api, background })
+        Ok(Service { api, background, shutdown_timeout: config.shutdown.timeout })
+    }
+
+    /// [`Service::start`] over a metadata store the caller opened (`config.metadata` is not
+    /// used): for tests that run a whole service on a store with injected faults.
+    #[cfg(feature = "testkit")]
+    pub async fn start_with_meta(
+        config: &ServiceConfig,
+        meta: Arc<dyn lakestream_meta::MetaStore>,
+    ) -> Result<Service, StartError> {
+        let stack = stack::Stack::open_with_meta(config, meta).await?;
+        let metrics = Arc::new(metrics::Metrics::default());
+        let background = background::Background::spawn(&stack, config, &metrics);
+        let api = Api::new(stack, metrics, config.max_fetch_wait);
+        Ok(Service { api, background, shutdown_timeout: config.shutdown.timeout })
     }
 
     /// The operations, for the front ends (a cheap handle: clone it freely).
@@ -69,11 +94,40 @@ impl Service {
         &self.api
     }
 
+    /// The configured bound of a shutdown (`shutdown.timeout`).
+    pub fn shutdown_timeout(&self) -> std::time::Duration {
+        self.shutdown_timeout
+    }
+
     /// Stops the background roles (a running compaction pass is abandoned, safely), then
-    /// closes the writer: pending appends are published and leases released.
-    pub async fn shutdown(self) {
-        self.background.stop().await;
-        self.api.close().await;
+    /// closes the writer: pending appends are published and leases released; all within
+    /// `shutdown.timeout` ([`Service::shutdown_within`]).
+    pub async fn shutdown(self) -> Shutdown {
+        let limit = self.shutdown_timeout;
+        self.shutdown_within(limit).await
+    }
+
+    /// [`Service::shutdown`] within `limit` (what is left of the shutdown's bound after the
+    /// front ends drained). Past it the rest is abandoned: appends not yet acknowledged stay
+    /// so, and write leases are left to expire with the metadata session.
+    pub async fn shutdown_within(self, limit: std::time::Duration) -> Shutdown {
+        let Service { api, background, .. } = self;
+        let stopping = async move {
+            background.stop().await;
+            api.close().await;
+        };
+        match tokio::time::timeout(limit, stopping).await {
+            Ok(()) => Shutdown::Complete,
+            Err(_) => {
+                tracing::warn!(
+                    ?limit,
+                    "shutdown.timeout passed before the service stopped (is the metadata store reachable?): \
+                     unacknowledged appends are abandoned and write leases are left to expire with the \
+                     metadata session"
+                );
+                Shutdown::DeadlinePassed
+            }
+        }
     }
 }
 

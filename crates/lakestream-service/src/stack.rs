@@ -33,6 +33,9 @@ pub struct Stack {
     pub writer: Option<Writer>,
     /// The reader, when this process serves the reader role.
     pub reader: Option<Reader>,
+    /// What CloudEvents ingest reads with, to find the events of an append whose outcome is
+    /// unknown: the reader role's reader, or one of its own in a process without that role.
+    pub events_reader: Reader,
     /// The compactor, when this process serves the compactor role.
     pub compactor: Option<Compactor>,
     /// Streams as Iceberg tables, when this process serves the compactor role and `[tables]`
@@ -95,13 +98,33 @@ impl Stack {
     /// Opens every component named by `config`.
     pub async fn open(config: &ServiceConfig) -> Result<Stack, StartError> {
         config.validate()?;
+        let clock: Arc<dyn Clock> = Arc::new(SystemClock);
+        let (meta, oxia) = open_meta(&config.metadata, clock.clone()).await?;
+        Self::open_over(config, meta, oxia, clock).await
+    }
+
+    /// [`Stack::open`] over a metadata store the caller opened (`config.metadata` is not
+    /// used): for tests that put a store with injected faults under a whole service.
+    #[cfg(feature = "testkit")]
+    pub async fn open_with_meta(
+        config: &ServiceConfig,
+        meta: Arc<dyn MetaStore>,
+    ) -> Result<Stack, StartError> {
+        config.validate()?;
+        Self::open_over(config, meta, None, Arc::new(SystemClock)).await
+    }
+
+    async fn open_over(
+        config: &ServiceConfig,
+        meta: Arc<dyn MetaStore>,
+        oxia: Option<lakestream_meta_oxia::OxiaClient>,
+        clock: Arc<dyn Clock>,
+    ) -> Result<Stack, StartError> {
         check_one_format_version(config)?;
         let roots = crate::deployment::StorageRoots::of(&config.storage)
             .map_err(|(key, message)| crate::config::InvalidSetting { key: key.into(), message })?;
         let auth = crate::auth::Authenticator::from_config(&config.auth, |v| std::env::var(v).ok())
             .map_err(|message| crate::config::InvalidSetting { key: "auth.tokens".into(), message })?;
-        let clock: Arc<dyn Clock> = Arc::new(SystemClock);
-        let (meta, oxia) = open_meta(&config.metadata, clock.clone()).await?;
         // Before any role can write: a service with another deployment's roots stops here.
         crate::deployment::record_or_check(meta.as_ref(), &config.catalog.partition, &roots).await?;
         // One format version per deployment, across processes too.
@@ -160,14 +183,17 @@ impl Stack {
         } else {
             None
         };
-        let reader = if config.roles.reader {
+        let new_reader = || {
             let deps = ReaderDeps { meta: meta.clone(), wal: wal.clone(), compacted: compacted.clone() };
-            Some(Reader::new(config.reader.clone(), deps).map_err(|e| crate::config::InvalidSetting {
+            Reader::new(config.reader.clone(), deps).map_err(|e| crate::config::InvalidSetting {
                 key: format!("reader.{}", e.field),
                 message: e.rule,
-            })?)
-        } else {
-            None
+            })
+        };
+        let reader = if config.roles.reader { Some(new_reader()?) } else { None };
+        let events_reader = match &reader {
+            Some(reader) => reader.clone(),
+            None => new_reader()?,
         };
         let compactor = if config.roles.compactor {
             let deps = CompactorDeps {
@@ -211,6 +237,7 @@ impl Stack {
             catalog,
             writer,
             reader,
+            events_reader,
             compactor,
             tables,
             auth,
