@@ -352,6 +352,8 @@ pub fn footer_metadata_len(tail: &[u8]) -> Result<usize> {
 
 /// Decodes the footer metadata (the bytes before the tail).
 pub fn decode_footer(metadata: &[u8]) -> Result<Arc<ParquetMetaData>> {
+    crate::thrift_sizes::check(metadata)
+        .map_err(|why| FormatError::corrupt(STRUCTURE, format!("footer: {why}")))?;
     guarded("decoding the footer", || {
         ParquetMetaDataReader::decode_metadata(metadata).map(Arc::new).map_err(|e| corrupt(&e))
     })
@@ -422,6 +424,21 @@ impl<R: ChunkReader + Clone + 'static> CompactedFileReader<R> {
     /// Reads the footer from `chunks` and checks the file against `bindings` (usually
     /// [`KNOWN_BINDINGS`]).
     pub fn open(chunks: R, bindings: &[Binding]) -> Result<Self> {
+        // The footer's declared container sizes, before `parquet` reserves room for them.
+        let len = chunks.len();
+        let tail_start = len.saturating_sub(8);
+        if let Ok(tail) = chunks.get_bytes(tail_start, (len - tail_start) as usize)
+            && tail.len() == 8
+            && &tail[4..] == b"PAR1"
+        {
+            let metadata_len = u64::from(u32::from_le_bytes([tail[0], tail[1], tail[2], tail[3]]));
+            if let Some(start) = tail_start.checked_sub(metadata_len)
+                && let Ok(metadata) = chunks.get_bytes(start, metadata_len as usize)
+            {
+                crate::thrift_sizes::check(&metadata)
+                    .map_err(|why| FormatError::corrupt(STRUCTURE, format!("footer: {why}")))?;
+            }
+        }
         let footer = guarded("decoding the footer", || {
             ParquetMetaDataReader::new().parse_and_finish(&chunks).map_err(|e| corrupt(&e))
         })?;

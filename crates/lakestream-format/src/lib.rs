@@ -14,6 +14,7 @@ pub mod keys;
 pub mod legacy;
 pub mod native;
 pub mod retry;
+mod thrift_sizes;
 pub mod types;
 mod varint;
 pub mod wal;

@@ -163,3 +163,28 @@ fn compacted_definition_levels_overrun_is_refused_not_a_panic() {
         "the error should name the structure and the contained panic: {message}"
     );
 }
+
+/// a footer whose field 2 (the schema) is declared an i64: `parquet` 58.4 reads it as a list
+/// anyway, whose count the bytes make about 40 million, and reserves room for them first
+/// (5 GB), so the fuzz run stopped on out-of-memory. The reader checks the footer's encoding
+/// before `parquet` sees it (declared types of `FileMetaData`'s fields, container sizes).
+const SCHEMA_LIST_LARGER_THAN_THE_FOOTER: &str = concat!(
+    "5000000000000000000000000000000000fe0100fe0100fe0100fe0100fe0100da0100191c160815a00316000019169e2f00",
+    "1502192c480c4b61666b614d657373616765150200150c250218077061796c6f6164001608191c191c26f1ffffff19250006",
+    "1918077061796c6f61641502160816f02f16a0032608491c150015001502000016a803151e0016f02f1608260816a0031400",
+    "00195c180e656e74727953657244655479706518194b41464b415f424154434845445f5241575f5041525155455400180b72",
+    "6f774d65746164617461182f757273612d30303030303030302d303030302d343030302d383030302d303030303030303030",
+    "3030312e696e64657800180a736368656d615479706518046176726f001813706172717565742e6176726f2e736368656d61",
+    "186c7b2274ffffffffffffffff636f7264222c226e616d65223a224b61666b614d657373616765222c226669656c6473223a",
+    "5b7b226e616d656e74727953657244655479706518194b41464b415f424154434845445f52416573225d2c2264656661756c",
+    "2500061918077061316c6f616400000000000000000000000000000000000000000000000000000000000000000000000000",
+    "0000000015021668656d61186c7b2274797065223a227265636f7264222c226e61f02f1608260816a003140000195c180e65",
+    "2e2e312e30191c1c000000a401000050415231",
+);
+
+#[test]
+fn compacted_footer_whose_schema_parquet_would_read_as_a_huge_list_is_refused_first() {
+    let err = read_all(SCHEMA_LIST_LARGER_THAN_THE_FOOTER).unwrap_err();
+    assert_eq!(err.class(), lakestream_format::ErrorClass::CorruptData, "{err}");
+    assert!(err.to_string().contains("FileMetaData field 2"), "{err}");
+}
