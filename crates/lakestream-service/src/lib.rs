@@ -68,11 +68,15 @@ impl Service {
     /// Opens every component `config` names (refusing a configuration that breaks a rule),
     /// starts the background roles this process serves, and returns the running service.
     pub async fn start(config: &ServiceConfig) -> Result<Service, StartError> {
-        let stack = stack::Stack::open(config).await?;
+        Ok(Self::running(stack::Stack::open(config).await?, config))
+    }
+
+    /// The service over an opened stack: its background roles started.
+    fn running(stack: stack::Stack, config: &ServiceConfig) -> Service {
         let metrics = Arc::new(metrics::Metrics::default());
         let background = background::Background::spawn(&stack, config, &metrics);
         let api = Api::new(stack, metrics, config.max_fetch_wait);
-        Ok(Service { api, background, shutdown_timeout: config.shutdown.timeout })
+        Service { api, background, shutdown_timeout: config.shutdown.timeout }
     }
 
     /// [`Service::start`] over a metadata store the caller opened (`config.metadata` is not
@@ -82,11 +86,7 @@ impl Service {
         config: &ServiceConfig,
         meta: Arc<dyn lakestream_meta::MetaStore>,
     ) -> Result<Service, StartError> {
-        let stack = stack::Stack::open_with_meta(config, meta).await?;
-        let metrics = Arc::new(metrics::Metrics::default());
-        let background = background::Background::spawn(&stack, config, &metrics);
-        let api = Api::new(stack, metrics, config.max_fetch_wait);
-        Ok(Service { api, background, shutdown_timeout: config.shutdown.timeout })
+        Ok(Self::running(stack::Stack::open_with_meta(config, meta).await?, config))
     }
 
     /// The operations, for the front ends (a cheap handle: clone it freely).
