@@ -12,8 +12,25 @@ PYENV_DIR="$LAKESTREAM_TOOLS/pyenv"
 
 log() { printf '[lakestream] %s\n' "$*" >&2; }
 
+# A free loopback port below the kernel's ephemeral range (32768-), where the suite's own
+# outgoing connections could take it before the server binds it.
 free_port() {
-  python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()'
+  python3 -c '
+import random, socket
+for _ in range(1000):
+    port = random.randrange(20000, 32000)
+    s = socket.socket()
+    try:
+        s.bind(("127.0.0.1", port))
+    except OSError:
+        continue
+    finally:
+        s.close()
+    print(port)
+    break
+else:
+    raise SystemExit("no free loopback port in 20000..32000")
+'
 }
 
 wait_for_port() { # host port seconds name

@@ -207,7 +207,7 @@ fn request_spans_are_exported_over_otlp() {
         }
     });
     let dir = tempfile::tempdir().unwrap();
-    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let port = free_port();
     let extra = format!("[tracing]\notlp_endpoint = \"http://{collector_addr}/v1/traces\"\n");
     let config = service_config(dir.path(), port, &extra);
     let mut command = Command::new(BIN);

@@ -54,11 +54,6 @@ pub fn binary() -> PathBuf {
     }
 }
 
-fn free_port() -> u16 {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind a free loopback port");
-    listener.local_addr().expect("a local address").port()
-}
-
 /// An `oxia standalone` process of the test's own, on a free loopback port over a temporary
 /// directory (no fsync), killed when dropped. It can be killed with SIGKILL and restarted on
 /// the same port and directories.
@@ -73,25 +68,38 @@ pub struct StandaloneOxia {
 impl StandaloneOxia {
     /// Starts a server with `shards` shards and the extra arguments `extra` (e.g.
     /// `["--key-sorting", "natural"]`), and waits until it accepts connections.
+    /// A port taken between choosing and binding makes the process exit: it is started again
+    /// on other ports (a few times).
     pub async fn start(shards: u32, extra: &[&str]) -> Self {
-        let dir = tempfile::tempdir().expect("a temporary directory for Oxia");
-        let address = format!("127.0.0.1:{}", free_port());
-        let metrics = format!("127.0.0.1:{}", free_port());
-        let mut args: Vec<String> = ["standalone", "-p", &address, "-m", &metrics, "-s", &shards.to_string()]
-            .map(str::to_owned)
-            .to_vec();
-        for (flag, sub) in [("--data-dir", "db"), ("--wal-dir", "wal")] {
-            args.push(flag.to_owned());
-            args.push(dir.path().join(sub).display().to_string());
+        let mut attempts = 0;
+        loop {
+            attempts += 1;
+            let dir = tempfile::tempdir().expect("a temporary directory for Oxia");
+            let address = format!("127.0.0.1:{}", loopback_port());
+            let metrics = format!("127.0.0.1:{}", loopback_port());
+            let mut args: Vec<String> =
+                ["standalone", "-p", &address, "-m", &metrics, "-s", &shards.to_string()]
+                    .map(str::to_owned)
+                    .to_vec();
+            for (flag, sub) in [("--data-dir", "db"), ("--wal-dir", "wal")] {
+                args.push(flag.to_owned());
+                args.push(dir.path().join(sub).display().to_string());
+            }
+            args.push("--wal-sync-data=false".to_owned());
+            args.extend(extra.iter().map(|s| (*s).to_owned()));
+            let mut server = Self { child: None, address, args, dir };
+            match server.spawn_and_wait().await {
+                Ok(()) => return server,
+                Err(exited) if attempts < 5 && server.log().contains("address already in use") => {
+                    eprintln!("oxia {exited} (a port was taken); starting it on other ports");
+                }
+                Err(exited) => panic!("oxia {:?} {exited}; log:\n{}", server.args, server.log()),
+            }
         }
-        args.push("--wal-sync-data=false".to_owned());
-        args.extend(extra.iter().map(|s| (*s).to_owned()));
-        let mut server = Self { child: None, address, args, dir };
-        server.spawn_and_wait().await;
-        server
     }
 
-    async fn spawn_and_wait(&mut self) {
+    /// Starts the process and waits until it listens; `Err` when it exited first.
+    async fn spawn_and_wait(&mut self) -> Result<(), String> {
         let binary = binary();
         let log = std::fs::File::create(self.dir.path().join("oxia.log")).expect("create the Oxia log");
         let child = Command::new(&binary)
@@ -103,7 +111,11 @@ impl StandaloneOxia {
         self.child = Some(child);
         for _ in 0..600 {
             if tokio::net::TcpStream::connect(&self.address).await.is_ok() {
-                return;
+                return Ok(());
+            }
+            if let Some(status) = self.child.as_mut().and_then(|c| c.try_wait().ok().flatten()) {
+                self.child = None;
+                return Err(format!("exited ({status}) before listening on {}", self.address));
             }
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
@@ -138,7 +150,9 @@ impl StandaloneOxia {
     /// Starts the server again on the same port and directories.
     pub async fn restart(&mut self) {
         self.kill9();
-        self.spawn_and_wait().await;
+        if let Err(exited) = self.spawn_and_wait().await {
+            panic!("oxia {:?} {exited} on restart; log:\n{}", self.args, self.log());
+        }
     }
 
     /// What the server logged so far.
@@ -280,12 +294,12 @@ mod relay {
     }
 }
 
-/// A free loopback port below Linux's ephemeral range (32768–60999 by default) for a cluster
-/// process. A port handed out by the kernel (port 0) comes from that range, where every
+/// A free loopback port below Linux's ephemeral range (32768–60999 by default) for a server
+/// process of a test. A port handed out by the kernel (port 0) comes from that range, where every
 /// outgoing connection also takes its local port; between probing it and the Oxia process
 /// binding it, the test's own connections could take it, and an Oxia process that cannot
 /// bind one of its ports exits. Ports are never handed out twice by one test process.
-fn cluster_port() -> u16 {
+pub fn loopback_port() -> u16 {
     use std::hash::{BuildHasher, Hasher};
     static HANDED_OUT: std::sync::Mutex<Vec<u16>> = std::sync::Mutex::new(Vec::new());
     let mut handed_out = HANDED_OUT.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
@@ -412,7 +426,7 @@ impl OxiaCluster {
     pub async fn start_with(servers: usize, replication_factor: u32, shards: u32) -> Self {
         assert!(servers >= 1 && (1..=servers).contains(&(replication_factor as usize)) && shards >= 1);
         let dir = tempfile::tempdir().expect("a temporary directory for the Oxia cluster");
-        let loopback = || format!("127.0.0.1:{}", cluster_port());
+        let loopback = || format!("127.0.0.1:{}", loopback_port());
         let mut cluster_yaml = format!(
             "namespaces:\n  - name: default\n    initialShardCount: {shards}\n    replicationFactor: {replication_factor}\nservers:\n"
         );

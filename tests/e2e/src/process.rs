@@ -42,11 +42,10 @@ pub fn lakestream_bin() -> Result<PathBuf> {
     })
 }
 
-/// A free TCP port on 127.0.0.1 (free when asked; the service binds it moments later).
+/// A free TCP port on 127.0.0.1 (free when asked; the service binds it moments later), below
+/// the ephemeral range where outgoing connections could take it meanwhile.
 pub fn free_port() -> Result<u16> {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0")
-        .map_err(|e| Error::new(format!("cannot bind a loopback port: {e}")))?;
-    listener.local_addr().map(|a| a.port()).map_err(|e| Error::new(e.to_string()))
+    Ok(lakestream_meta_oxia::testkit::loopback_port())
 }
 
 /// A spawned service process.

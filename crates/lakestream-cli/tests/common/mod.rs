@@ -10,9 +10,10 @@ use std::time::{Duration, Instant};
 /// The binary under test.
 pub const BIN: &str = env!("CARGO_BIN_EXE_lakestream");
 
-/// A free loopback port.
+/// A free loopback port, below the ephemeral range where outgoing connections could take it
+/// before the child binds it.
 pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+    lakestream_meta_oxia::testkit::loopback_port()
 }
 
 /// A child process started by [`spawn_listening`], its standard error kept in a file so that
