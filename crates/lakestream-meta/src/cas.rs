@@ -231,7 +231,7 @@ mod tests {
 
     use super::*;
     use crate::embedded::EmbeddedStore;
-    use crate::racing::RacingStore;
+    use crate::hooked::{Call, Hook, HookedStore, Op};
 
     const P: &str = "cas";
     const K: &str = "/cas/counter";
@@ -272,13 +272,26 @@ mod tests {
         store.get(P, K).await.unwrap().map(|r| Counter::decode(&r).unwrap().0)
     }
 
-    /// The embedded (redb) store in a fresh directory, behind a [`RacingStore`] (which
-    /// forwards everything until a test asks it to race): the loop runs over a durable
-    /// backend's real compare-and-set. The directory lives as long as the store is used.
-    async fn racing() -> (tempfile::TempDir, Arc<RacingStore>) {
+    /// The embedded (redb) store in a fresh directory, behind a [`HookedStore`] (which
+    /// forwards everything until a test hooks it): the loop runs over a durable backend's
+    /// real compare-and-set. The directory lives as long as the store is used.
+    async fn racing() -> (tempfile::TempDir, Arc<HookedStore>) {
         let dir = tempfile::tempdir().unwrap();
         let embedded = EmbeddedStore::open(dir.path().join("metadata.redb")).await.unwrap();
-        (dir, RacingStore::new(Arc::new(embedded)))
+        (dir, HookedStore::new(Arc::new(embedded)))
+    }
+
+    /// The next `count` conditional puts of K lose a real race to another writer (`u64::MAX`:
+    /// every one). Answers a hook that notes when each conditional put of K is made.
+    fn race(store: &HookedStore, count: u64) -> Hook {
+        let puts = store.on(Op::Put).key(K).when(Call::is_conditional_put).observe(|_| ());
+        store.on(Op::Put).key(K).times(count).lose_race();
+        puts
+    }
+
+    /// The next conditional put of K takes effect, but its answer is lost.
+    fn lose_answer(store: &HookedStore) {
+        store.on(Op::Put).key(K).when(Call::is_conditional_put).once().lose_answer();
     }
 
     #[tokio::test]
@@ -297,13 +310,13 @@ mod tests {
     async fn lost_races_are_retried_after_growing_jittered_pauses() {
         let (_dir, store) = racing().await;
         cas_update(store.as_ref(), P, K, &options(10), increment).await.unwrap();
-        store.race(K, 4);
+        let puts = race(&store, 4);
         let updated = cas_update(store.as_ref(), P, K, &options(10), increment).await.unwrap();
         // Rounds 1–4 lost to the concurrent writer; round 5 incremented, once.
         assert_eq!((updated.rounds, updated.value()), (5, Some(&Counter(2))));
         assert_eq!(stored(store.as_ref()).await, Some(2));
         // The pauses are the backoff's draws for retries 0..4, on tokio's clock.
-        let times = store.put_times();
+        let times = puts.fired_at();
         let pauses: Vec<Duration> = times.windows(2).map(|w| w[1] - w[0]).collect();
         let replay = Backoff::seeded(BackoffPolicy::compare_and_set(10), 3);
         let expected: Vec<Duration> = (0..4).map(|n| replay.delay(n)).collect();
@@ -318,7 +331,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_lost_create_race_is_retried_as_an_update() {
         let (_dir, store) = racing().await;
-        store.race(K, 1);
+        race(&store, 1);
         let updated = cas_update(store.as_ref(), P, K, &options(10), increment).await.unwrap();
         // The other writer created 1 first; our second round read it and wrote 2.
         assert_eq!((updated.rounds, updated.value()), (2, Some(&Counter(2))));
@@ -328,11 +341,11 @@ mod tests {
     async fn attempts_are_bounded_and_nothing_of_ours_is_written() {
         let (_dir, store) = racing().await;
         cas_update(store.as_ref(), P, K, &options(4), increment).await.unwrap();
-        store.race(K, u64::MAX);
+        let puts = race(&store, u64::MAX);
         let err = cas_update(store.as_ref(), P, K, &options(4), increment).await.unwrap_err();
         assert_eq!(err, CasError::Contended { key: K.to_owned(), attempts: 4 });
         assert_eq!(err.class_with(|_| ErrorClass::Internal), ErrorClass::Contended);
-        assert_eq!(store.put_times().len(), 4, "exactly max_attempts writes");
+        assert_eq!(puts.fired(), 4, "exactly max_attempts writes");
         assert_eq!(stored(store.as_ref()).await, Some(1), "only the other writer's rewrites landed");
     }
 
@@ -398,14 +411,14 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn an_unknown_outcome_fails_or_is_reread_as_asked() {
         let (_dir, store) = racing().await;
-        store.lose_answers(K, 1);
+        lose_answer(&store);
         let err = cas_update(store.as_ref(), P, K, &options(5), increment).await.unwrap_err();
         assert!(matches!(err, CasError::Meta(MetaError::OutcomeUnknown(_))), "{err:?}");
         assert_eq!(stored(store.as_ref()).await, Some(1), "the write landed after all");
 
         // Re-reading, the mutation sees its own write and decides from it: "set to 2 unless
         // it is 2 already" writes once.
-        store.lose_answers(K, 1);
+        lose_answer(&store);
         let updated =
             cas_update(store.as_ref(), P, K, &options(5).reread_unknown_outcomes(), |current| match current
                 .map(|c: &Current<Counter>| c.value.0)

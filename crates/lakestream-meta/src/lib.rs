@@ -16,7 +16,9 @@ pub mod store;
 #[cfg(any(test, feature = "testkit"))]
 pub mod conformance;
 #[cfg(any(test, feature = "testkit"))]
-pub mod racing;
+pub mod hooked;
+#[cfg(any(test, feature = "testkit"))]
+pub mod test_rng;
 
 pub use cas::{CasError, CasOptions, CasRecord, Change, Current, UnknownOutcome, Updated, cas_update};
 pub use embedded::{EmbeddedStore, OpenError};

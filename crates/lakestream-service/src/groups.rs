@@ -416,27 +416,28 @@ mod tests {
         use std::time::Duration;
 
         use lakestream_format::retry::{Backoff, BackoffPolicy};
-        use lakestream_meta::racing::RacingStore;
+        use lakestream_meta::hooked::{Call, HookedStore, Op};
 
         let dir = tempfile::tempdir().unwrap();
         let embedded = lakestream_meta::EmbeddedStore::open(dir.path().join("metadata.redb")).await.unwrap();
-        let meta = RacingStore::new(Arc::new(embedded));
+        let meta = HookedStore::new(Arc::new(embedded));
         let policy = BackoffPolicy::new(Duration::ZERO, Duration::ZERO, 3);
         let store = GroupStore::new(meta.as_ref()).with_backoff(Backoff::seeded(policy, 1));
         let commit = |offset| OffsetCommit { offset, generation: 1, metadata: String::new() };
         store.commit("ns", "g", "s", 0, LogId(7), &commit(5)).await.unwrap();
 
         let key = offset_key("ns", "g", LogId(7));
-        meta.race(&key, u64::MAX);
+        let puts = meta.on(Op::Put).key(&key).when(Call::is_conditional_put).observe(|_| ());
+        let race = meta.on(Op::Put).key(&key).lose_race();
         let err = store.commit("ns", "g", "s", 0, LogId(7), &commit(9)).await.unwrap_err();
         assert_eq!(err.kind(), ErrorKind::Contended, "{err:?}");
         assert_eq!(
             (err.http_status(), err.code(), err.retry_after_secs()),
             (http::StatusCode::CONFLICT, "contended", Some(1))
         );
-        assert_eq!(meta.put_times().len(), 3, "the policy's attempts, no more");
+        assert_eq!(puts.fired(), 3, "the policy's attempts, no more");
 
-        meta.race(&key, 0);
+        race.remove();
         let offsets = store.offsets("ns", "g").await.unwrap();
         assert_eq!(offsets.iter().map(|c| c.offset).collect::<Vec<_>>(), [5], "nothing of ours written");
         assert_eq!(store.commit("ns", "g", "s", 0, LogId(7), &commit(9)).await.unwrap().offset, 9);
