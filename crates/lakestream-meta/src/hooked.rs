@@ -262,7 +262,9 @@ pub fn gate() -> (Gate, GateHandle) {
 }
 
 impl Gate {
-    async fn pass(&self) {
+    /// Tells the handle the gate was reached, then waits until it is open. For wrappers of
+    /// other stores a test pauses the same way.
+    pub async fn pass(&self) {
         self.reached.send_replace(true);
         let mut open = self.open.clone();
         // An error: the handle is gone, and nobody will open the gate; go on.

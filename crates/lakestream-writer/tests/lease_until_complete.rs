@@ -4,120 +4,53 @@
 //! read does within a session timeout, it goes with its session, never by a delete. Over the
 //! in-memory stores, with a put the store holds back as a slow pipeline would.
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
-use async_trait::async_trait;
 use bytes::Bytes;
 use lakestream_format::{Clock, ErrorClass, LogId, ManualClock, keys};
+use lakestream_meta::hooked::{HookedStore, Op};
 use lakestream_meta::lease::{self, DrainConfig, DrainOutcome, SeededTokens};
-use lakestream_meta::{
-    Comparison, InMemoryStore, MetaError, MetaResult, MetaStore, PutCondition, Record, Session, WriteResult,
-};
+use lakestream_meta::{InMemoryStore, MetaError, WriteResult};
 use lakestream_objstore::InMemoryStore as MemObjects;
 use lakestream_writer::{AppendError, Writer, WriterConfig, WriterDeps};
 
-/// A sequenced put the store accepted but has not committed: it answers "outcome unknown" now
-/// and commits when the test says.
-#[derive(Debug, Clone)]
-struct HeldPut {
-    partition: String,
-    prefix: String,
-    deltas: Vec<u64>,
-    value: Bytes,
+/// The next sequenced put of `log` is held back: it answers "outcome unknown" now and commits
+/// when the test lands it ([`land_held`]).
+fn hold_next_index_put(meta: &HookedStore, log: LogId) {
+    meta.on(Op::SequencedPut).partition(keys::partition(log)).once().hold();
 }
 
-/// The in-memory store; the next sequenced put of `hold` is held back, so is the next write of
-/// `hold_marker`'s trim marker (and the read after it fails), and every delete is recorded.
-#[derive(Debug)]
-struct Meta {
-    inner: InMemoryStore,
-    hold: Mutex<Option<LogId>>,
-    held: Mutex<Option<HeldPut>>,
-    hold_marker: Mutex<Option<LogId>>,
-    held_marker: Mutex<Option<(String, String, Bytes, PutCondition)>>,
-    fail_next_marker_read: Mutex<bool>,
-    deletes: Mutex<Vec<String>>,
+/// The next write of `log`'s trim marker is held back, and the read of the marker after it
+/// fails.
+fn hold_next_marker_write(meta: &HookedStore, log: LogId) {
+    let held = meta.on(Op::Put).key(keys::trim_marker_key(log)).once().hold();
+    let refused = MetaError::Unavailable("injected: the marker read failed".into());
+    meta.on(Op::Get)
+        .key_prefix("/mark-deleted-offsets/")
+        .when(move |_| held.fired() > 0)
+        .once()
+        .fail(refused);
 }
 
-impl Meta {
-    /// Commits the held put, as the store's pipeline finally does.
-    async fn land_held_put(&self) -> WriteResult {
-        let put = self.held.lock().unwrap().take().expect("a held put");
-        self.inner.sequenced_put(&put.partition, &put.prefix, &put.deltas, put.value).await.unwrap()
-    }
-
-    /// Applies the held trim-marker write, as the store's pipeline finally does.
-    async fn land_held_marker(&self) {
-        let (p, k, v, c) = self.held_marker.lock().unwrap().take().expect("a held marker write");
-        self.inner.put(&p, &k, v, c).await.unwrap();
-    }
+/// Commits the held call, as the store's pipeline finally does.
+async fn land_held(meta: &HookedStore) -> Option<WriteResult> {
+    let held = meta.held();
+    assert_eq!(held.len(), 1, "one held call: {held:?}");
+    meta.land(&held[0]).await.unwrap().written()
 }
 
-#[async_trait]
-impl MetaStore for Meta {
-    async fn get_cmp(&self, p: &str, k: &str, c: Comparison) -> MetaResult<Option<Record>> {
-        if k.starts_with("/mark-deleted-offsets/")
-            && std::mem::take(&mut *self.fail_next_marker_read.lock().unwrap())
-        {
-            return Err(MetaError::Unavailable("injected: the marker read failed".into()));
-        }
-        self.inner.get_cmp(p, k, c).await
-    }
-    async fn put(&self, p: &str, k: &str, v: Bytes, c: PutCondition) -> MetaResult<WriteResult> {
-        let hold =
-            self.hold_marker.lock().unwrap().take_if(|log| *k == keys::trim_marker_key(*log)).is_some();
-        if hold {
-            *self.held_marker.lock().unwrap() = Some((p.into(), k.into(), v, c));
-            *self.fail_next_marker_read.lock().unwrap() = true;
-            return Err(MetaError::OutcomeUnknown("injected: no answer to the marker write".into()));
-        }
-        self.inner.put(p, k, v, c).await
-    }
-    async fn delete(&self, p: &str, k: &str) -> MetaResult<bool> {
-        self.deletes.lock().unwrap().push(k.to_owned());
-        self.inner.delete(p, k).await
-    }
-    async fn delete_if_version(&self, p: &str, k: &str, version: lakestream_meta::Version) -> MetaResult<()> {
-        self.inner.delete_if_version(p, k, version).await
-    }
-    async fn delete_range(&self, p: &str, a: &str, b: &str) -> MetaResult<()> {
-        self.inner.delete_range(p, a, b).await
-    }
-    async fn sequenced_put(&self, p: &str, prefix: &str, d: &[u64], v: Bytes) -> MetaResult<WriteResult> {
-        let hold = self.hold.lock().unwrap().take_if(|log| keys::partition(*log) == p).is_some();
-        if hold {
-            let put = HeldPut { partition: p.into(), prefix: prefix.into(), deltas: d.to_vec(), value: v };
-            *self.held.lock().unwrap() = Some(put);
-            return Err(MetaError::OutcomeUnknown("injected: no answer within the request timeout".into()));
-        }
-        self.inner.sequenced_put(p, prefix, d, v).await
-    }
-    async fn list(&self, p: &str, a: &str, b: &str) -> MetaResult<Vec<String>> {
-        self.inner.list(p, a, b).await
-    }
-    async fn scan(&self, p: &str, a: &str, b: &str, limit: Option<usize>) -> MetaResult<Vec<Record>> {
-        self.inner.scan(p, a, b, limit).await
-    }
-    async fn open_session(&self, timeout: Duration) -> MetaResult<Arc<dyn Session>> {
-        self.inner.open_session(timeout).await
-    }
+/// The keys of every delete made so far.
+fn deletes(meta: &HookedStore) -> Vec<String> {
+    meta.history().into_iter().filter(|call| call.op == Op::Delete).map(|call| call.key).collect()
 }
 
 const SESSION_TIMEOUT: Duration = Duration::from_secs(15);
 
-fn stack() -> (Arc<Meta>, Writer) {
+fn stack() -> (Arc<HookedStore>, Writer) {
     let clock = ManualClock::new(1_796_000_000_000);
     let shared: Arc<dyn Clock> = Arc::new(clock.clone());
-    let meta = Arc::new(Meta {
-        inner: InMemoryStore::with_config(1, shared.clone()).unwrap(),
-        hold: Mutex::new(None),
-        held: Mutex::new(None),
-        hold_marker: Mutex::new(None),
-        held_marker: Mutex::new(None),
-        fail_next_marker_read: Mutex::new(false),
-        deletes: Mutex::new(Vec::new()),
-    });
+    let meta = HookedStore::new(Arc::new(InMemoryStore::with_config(1, shared.clone()).unwrap()));
     let deps = WriterDeps {
         meta: meta.clone(),
         objects: Arc::new(MemObjects::new(shared)),
@@ -133,9 +66,9 @@ fn stack() -> (Arc<Meta>, Writer) {
 }
 
 /// Appends one entry whose index put the store holds back: it fails with an unknown outcome.
-async fn append_with_unknown_outcome(meta: &Meta, w: &Writer, log: LogId) -> String {
+async fn append_with_unknown_outcome(meta: &HookedStore, w: &Writer, log: LogId) -> String {
     let leases_before = lease::list_leases(meta, log).await.unwrap();
-    *meta.hold.lock().unwrap() = Some(log);
+    hold_next_index_put(meta, log);
     let err = w.append(log, Bytes::from_static(b"in flight"), 1).await.unwrap_err();
     assert!(matches!(err, AppendError::OutcomeUnknown { .. }), "{err}");
     assert_eq!(err.class(), ErrorClass::OutcomeUnknown);
@@ -146,7 +79,7 @@ async fn append_with_unknown_outcome(meta: &Meta, w: &Writer, log: LogId) -> Str
 }
 
 /// A catalog's drain (after its fence), shortened: does it find the log's leases gone?
-async fn drains(meta: &Meta, log: LogId) -> bool {
+async fn drains(meta: &HookedStore, log: LogId) -> bool {
     let config =
         DrainConfig { timeout: Duration::from_millis(100), poll_interval: Duration::from_millis(10) };
     lease::drain(meta, log, &config).await.unwrap() == DrainOutcome::Drained
@@ -164,15 +97,15 @@ async fn a_lease_record_stays_until_a_read_finds_the_index_put_of_unknown_outcom
     w.release_idle_leases(Duration::ZERO).await;
     assert_eq!(lease::list_leases(meta.as_ref(), log).await.unwrap(), std::slice::from_ref(&lease_key));
     assert!(!drains(&meta, log).await, "a deletion waits for the lease");
-    assert!(!meta.deletes.lock().unwrap().contains(&lease_key));
+    assert!(!deletes(&meta).contains(&lease_key));
 
     // The put commits late. The next round reads it back: its outcome is known, and the lease
     // is released as usual, by deleting its record.
-    let landed = meta.land_held_put().await;
+    let landed = land_held(&meta).await.unwrap();
     assert_eq!(landed.key, keys::index_key(log, 2, 14));
     w.release_idle_leases(Duration::ZERO).await;
     assert_eq!(w.unsettled_leases(), 0);
-    assert!(meta.deletes.lock().unwrap().contains(&lease_key), "released once the put completed");
+    assert!(deletes(&meta).contains(&lease_key), "released once the put completed");
     assert!(drains(&meta, log).await);
     // The log goes on from the put that landed.
     assert_eq!(w.append(log, Bytes::from_static(b"next"), 1).await.unwrap().offset, 2);
@@ -201,7 +134,7 @@ async fn a_put_still_unknown_after_a_session_timeout_lets_its_lease_go_only_with
     tokio::time::advance(SESSION_TIMEOUT).await;
     w.release_idle_leases(Duration::ZERO).await;
     assert!(lease::list_leases(meta.as_ref(), log).await.unwrap().is_empty());
-    assert!(!meta.deletes.lock().unwrap().contains(&lease_key), "the record went with its session");
+    assert!(!deletes(&meta).contains(&lease_key), "the record went with its session");
     assert_eq!(w.unsettled_leases(), 0);
     assert!(drains(&meta, log).await);
 
@@ -227,7 +160,7 @@ async fn a_lease_record_stays_until_a_read_shows_a_trim_marker_write_of_unknown_
         w.append(log, Bytes::from(vec![i]), 1).await.unwrap();
     }
     let lease_key = lease::list_leases(meta.as_ref(), log).await.unwrap().remove(0);
-    *meta.hold_marker.lock().unwrap() = Some(log);
+    hold_next_marker_write(&meta, log);
     let err = w.soft_trim(log, 1).await.unwrap_err();
     assert!(err.to_string().contains("marker read failed"), "{err}");
     assert_eq!(w.unsettled_leases(), 1);
@@ -235,11 +168,11 @@ async fn a_lease_record_stays_until_a_read_shows_a_trim_marker_write_of_unknown_
     assert_eq!(lease::list_leases(meta.as_ref(), log).await.unwrap(), std::slice::from_ref(&lease_key));
     assert!(!drains(&meta, log).await);
 
-    meta.land_held_marker().await;
+    land_held(&meta).await;
     w.release_idle_leases(Duration::ZERO).await;
     assert_eq!(w.unsettled_leases(), 0, "the marker exists now: the create can no longer apply");
-    assert!(meta.deletes.lock().unwrap().contains(&lease_key), "released as usual once known");
-    let marker = meta.inner.get(&keys::partition(log), &keys::trim_marker_key(log)).await.unwrap().unwrap();
+    assert!(deletes(&meta).contains(&lease_key), "released as usual once known");
+    let marker = meta.inner().get(&keys::partition(log), &keys::trim_marker_key(log)).await.unwrap().unwrap();
     assert_eq!(marker.value.as_ref(), b"2");
     w.close().await;
 }

@@ -6,7 +6,6 @@
 //! clock is paused, so a flush window ends only once every runnable task has run (the
 //! entries a test spawns together share one upload).
 
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -16,119 +15,22 @@ use futures::stream::BoxStream;
 use lakestream_format::entry_index::{self, IndexValue};
 use lakestream_format::keys;
 use lakestream_format::{Clock, ErrorClass, LogId, ManualClock};
+use lakestream_meta::hooked::{Gate, HookedStore, Op, gate};
 use lakestream_meta::lease::{self, SeededTokens};
-use lakestream_meta::{
-    Comparison, InMemoryStore, MetaResult, MetaStore, PutCondition, Record, Session, WriteResult,
-};
+use lakestream_meta::{InMemoryStore, MetaStore, Record};
 use lakestream_objstore::{
     ByteRange, InMemoryStore as MemObjects, ObjectMeta, ObjectPath, ObjectPrefix, ObjectResult, ObjectStore,
     WriteOnce,
 };
 use lakestream_writer::{AppendError, TrimError, Writer, WriterConfig, WriterDeps};
-use tokio::sync::oneshot;
-
-/// A one-shot pause: the paused operation reports that it reached the gate, then waits until
-/// the test opens it.
-struct Gate {
-    reached: oneshot::Sender<()>,
-    open: oneshot::Receiver<()>,
-}
-
-/// The test's side of a [`Gate`].
-struct GateHandle {
-    reached: oneshot::Receiver<()>,
-    open: oneshot::Sender<()>,
-}
-
-fn gate() -> (Gate, GateHandle) {
-    let (reached_tx, reached_rx) = oneshot::channel();
-    let (open_tx, open_rx) = oneshot::channel();
-    (Gate { reached: reached_tx, open: open_rx }, GateHandle { reached: reached_rx, open: open_tx })
-}
-
-impl Gate {
-    async fn pass(self) {
-        let _ = self.reached.send(());
-        let _ = self.open.await;
-    }
-}
-
-/// The in-memory metadata store, with a gate on the next read of a trim marker and a count of
-/// sequenced puts (index records published).
-#[derive(Debug)]
-struct Meta {
-    inner: InMemoryStore,
-    marker_read_gate: Mutex<Option<Gate>>,
-    /// A gate on the next read of this log's fence: the lease acquisition's second step.
-    fence_read_gate: Mutex<Option<(LogId, Gate)>>,
-    sequenced_puts: AtomicUsize,
-    /// For each sequenced put, how many lease records its log had as it ran.
-    leases_at_publish: Mutex<Vec<usize>>,
-    /// Completed WAL object writes and index puts, in order (shared with [`Objects`]).
-    events: Events,
-}
 
 /// `written {name}` when a WAL object put completed, `indexed {location}` when a sequenced
 /// put naming it is issued.
 type Events = Arc<Mutex<Vec<String>>>;
 
-impl std::fmt::Debug for Gate {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("Gate")
-    }
-}
-
-#[async_trait]
-impl MetaStore for Meta {
-    async fn get_cmp(&self, p: &str, k: &str, c: Comparison) -> MetaResult<Option<Record>> {
-        let gate = if k.starts_with("/mark-deleted-offsets/") {
-            self.marker_read_gate.lock().unwrap().take()
-        } else {
-            let mut fence_gate = self.fence_read_gate.lock().unwrap();
-            match fence_gate.take() {
-                Some((log, gate)) if k == keys::fence_key(log) => Some(gate),
-                other => {
-                    *fence_gate = other;
-                    None
-                }
-            }
-        };
-        if let Some(gate) = gate {
-            gate.pass().await;
-        }
-        self.inner.get_cmp(p, k, c).await
-    }
-    async fn put(&self, p: &str, k: &str, v: Bytes, c: PutCondition) -> MetaResult<WriteResult> {
-        self.inner.put(p, k, v, c).await
-    }
-    async fn delete(&self, p: &str, k: &str) -> MetaResult<bool> {
-        self.inner.delete(p, k).await
-    }
-    async fn delete_if_version(&self, p: &str, k: &str, version: lakestream_meta::Version) -> MetaResult<()> {
-        self.inner.delete_if_version(p, k, version).await
-    }
-    async fn delete_range(&self, p: &str, a: &str, b: &str) -> MetaResult<()> {
-        self.inner.delete_range(p, a, b).await
-    }
-    async fn sequenced_put(&self, p: &str, prefix: &str, d: &[u64], v: Bytes) -> MetaResult<WriteResult> {
-        self.sequenced_puts.fetch_add(1, Ordering::SeqCst);
-        let log = LogId(p.parse().expect("index puts go to a log's partition"));
-        let leases = lease::list_leases(&self.inner, log).await.unwrap().len();
-        self.leases_at_publish.lock().unwrap().push(leases);
-        if let Ok(IndexValue::Raw(raw)) = entry_index::decode(&v) {
-            self.events.lock().unwrap().push(format!("indexed {}", raw.location));
-        }
-        self.inner.sequenced_put(p, prefix, d, v).await
-    }
-    async fn list(&self, p: &str, a: &str, b: &str) -> MetaResult<Vec<String>> {
-        self.inner.list(p, a, b).await
-    }
-    async fn scan(&self, p: &str, a: &str, b: &str, limit: Option<usize>) -> MetaResult<Vec<Record>> {
-        self.inner.scan(p, a, b, limit).await
-    }
-    async fn open_session(&self, timeout: Duration) -> MetaResult<Arc<dyn Session>> {
-        self.inner.open_session(timeout).await
-    }
+/// Pauses the next read of a trim marker at `gate`.
+fn pause_next_marker_read(meta: &HookedStore, gate: Gate) {
+    meta.on(Op::Get).key_prefix("/mark-deleted-offsets/").once().pause(gate);
 }
 
 /// The in-memory object store, with a gate on the next `put` (a WAL object upload) and the
@@ -185,8 +87,13 @@ impl ObjectStore for Objects {
 
 struct Stack {
     mem: InMemoryStore,
-    meta: Arc<Meta>,
+    /// The in-memory metadata store; each sequenced put (an index record published) notes how
+    /// many lease records its log had as it ran, and its WAL object in the events.
+    meta: Arc<HookedStore>,
+    leases_at_publish: Arc<Mutex<Vec<usize>>>,
     wal: Arc<Objects>,
+    /// Completed WAL object writes and index puts, in order.
+    events: Events,
     clock: ManualClock,
 }
 
@@ -196,22 +103,32 @@ impl Stack {
         let shared: Arc<dyn Clock> = Arc::new(clock.clone());
         let mem = InMemoryStore::with_config(1, shared.clone()).unwrap();
         let events = Events::default();
-        let meta = Arc::new(Meta {
-            inner: mem.clone(),
-            marker_read_gate: Mutex::new(None),
-            fence_read_gate: Mutex::new(None),
-            sequenced_puts: AtomicUsize::new(0),
-            leases_at_publish: Mutex::new(Vec::new()),
-            events: events.clone(),
+        let meta = HookedStore::new(Arc::new(mem.clone()));
+        let leases_at_publish = Arc::new(Mutex::new(Vec::new()));
+        let seen = leases_at_publish.clone();
+        meta.on(Op::SequencedPut).run(move |inner, call| {
+            let seen = seen.clone();
+            async move {
+                let log = LogId(call.partition.parse().expect("index puts go to a log's partition"));
+                let leases = lease::list_leases(inner.as_ref(), log).await.unwrap().len();
+                seen.lock().unwrap().push(leases);
+                Ok(())
+            }
+        });
+        let indexed = events.clone();
+        meta.on(Op::SequencedPut).observe(move |call| {
+            if let Ok(IndexValue::Raw(raw)) = entry_index::decode(call.value.as_ref().unwrap()) {
+                indexed.lock().unwrap().push(format!("indexed {}", raw.location));
+            }
         });
         let wal = Arc::new(Objects {
             inner: MemObjects::new(shared),
             put_gate: Mutex::new(None),
             names: Mutex::new(Vec::new()),
-            events,
+            events: events.clone(),
             written: tokio::sync::watch::channel(0).0,
         });
-        Stack { mem, meta, wal, clock }
+        Stack { mem, meta, leases_at_publish, wal, events, clock }
     }
 
     fn writer(&self, seed: u64) -> Writer {
@@ -227,7 +144,7 @@ impl Stack {
 
     async fn index_records(&self, log: LogId) -> Vec<Record> {
         let p = keys::partition(log);
-        self.meta.inner.scan(&p, &keys::first_key(log), &keys::last_key(log), None).await.unwrap()
+        self.mem.scan(&p, &keys::first_key(log), &keys::last_key(log), None).await.unwrap()
     }
 }
 
@@ -251,7 +168,7 @@ async fn every_index_record_is_published_under_a_write_lease() {
         }
         assert_eq!(w.release_idle_leases(Duration::ZERO).await, 4);
     }
-    let seen = s.meta.leases_at_publish.lock().unwrap().clone();
+    let seen = s.leases_at_publish.lock().unwrap().clone();
     assert!(!seen.is_empty() && seen.iter().all(|&n| n == 1), "lease records at each index put: {seen:?}");
     w.close().await;
 }
@@ -270,7 +187,7 @@ async fn no_index_record_is_published_before_its_wal_object_is_written() {
         let w = w.clone();
         async move { w.append(LogId(20), Bytes::from_static(b"first"), 1).await }
     });
-    at.reached.await.unwrap();
+    at.reached().await;
     let mut written = s.wal.written.subscribe();
     // A later object completes while the first is still being written. (Whether its index
     // puts wait for the first object's is the writer's choice, not this rule's.)
@@ -281,12 +198,12 @@ async fn no_index_record_is_published_before_its_wal_object_is_written() {
         })
         .collect();
     written.wait_for(|&n| n >= 1).await.unwrap(); // the later entries share one object
-    at.open.send(()).unwrap();
+    at.open();
     first.await.unwrap().unwrap();
     for append in later {
         append.await.unwrap().unwrap();
     }
-    let events = s.meta.events.lock().unwrap().clone();
+    let events = s.events.lock().unwrap().clone();
     let indexed: Vec<usize> = (0..events.len()).filter(|&i| events[i].starts_with("indexed ")).collect();
     assert_eq!(indexed.len(), 4, "{events:#?}");
     for i in indexed {
@@ -311,16 +228,16 @@ async fn soft_trim_holds_the_write_lease_for_its_whole_duration() {
         append_now(&w, log, payload).await;
     }
     let (paused, at) = gate();
-    *s.meta.marker_read_gate.lock().unwrap() = Some(paused);
+    pause_next_marker_read(&s.meta, paused);
     let trim = tokio::spawn({
         let w = w.clone();
         async move { w.soft_trim(log, 0).await }
     });
-    at.reached.await.unwrap(); // the trim holds its lease and reads the marker
+    at.reached().await; // the trim holds its lease and reads the marker
     assert_eq!(w.release_idle_leases(Duration::ZERO).await, 0, "the trim's lease is in use");
     assert_eq!(lease::list_leases(s.meta.as_ref(), log).await.unwrap().len(), 1);
     assert_eq!(w.leased_logs().await, vec![log]);
-    at.open.send(()).unwrap();
+    at.open();
     let outcome = trim.await.unwrap().unwrap();
     assert_eq!((outcome.marker, outcome.advanced), (1, true));
     // Once the trim is over the lease is idle and goes.
@@ -341,14 +258,14 @@ async fn soft_trim_writes_no_trim_marker_after_its_lease_session_has_ended() {
     }
     let session = w.session_id().await.unwrap();
     let (paused, at) = gate();
-    *s.meta.marker_read_gate.lock().unwrap() = Some(paused);
+    pause_next_marker_read(&s.meta, paused);
     let trim = tokio::spawn({
         let w = w.clone();
         async move { w.soft_trim(log, 0).await }
     });
-    at.reached.await.unwrap();
+    at.reached().await;
     assert!(s.mem.expire_session(&session));
-    at.open.send(()).unwrap();
+    at.open();
     let err = trim.await.unwrap().unwrap_err();
     assert_eq!(err, TrimError::LeaseLost { log_id: log });
     assert_eq!(err.class(), ErrorClass::Retryable);
@@ -379,9 +296,9 @@ async fn queue_then_lose_session(
             tokio::spawn(async move { w.append(log, Bytes::from_static(b"0123456789"), 1).await })
         })
         .collect();
-    at.reached.await.unwrap(); // every spawned append is queued in the upload
+    at.reached().await; // every spawned append is queued in the upload
     assert!(s.mem.expire_session(&session));
-    at.open.send(()).unwrap();
+    at.open();
     let mut results = Vec::new();
     for a in appends {
         results.push(a.await.unwrap());
@@ -401,13 +318,13 @@ async fn a_writer_stops_publishing_once_its_lease_session_has_ended() {
     let w = s.writer(3);
     append_now(&w, a, b"x").await;
     append_now(&w, b, b"y").await;
-    let published = s.meta.sequenced_puts.load(Ordering::SeqCst);
+    let published = s.meta.calls(Op::SequencedPut);
     assert_eq!(published, 2);
     let results = queue_then_lose_session(&s, &w, &[a, a, b]).await;
     for (result, log) in results.iter().zip([a, a, b]) {
         assert_eq!(result, &Err(AppendError::LeaseLost { log_id: log }));
     }
-    assert_eq!(s.meta.sequenced_puts.load(Ordering::SeqCst), published, "no index put was issued");
+    assert_eq!(s.meta.calls(Op::SequencedPut), published, "no index put was issued");
     assert_eq!(s.index_records(a).await.len(), 1);
     assert_eq!(s.index_records(b).await.len(), 1);
     w.close().await;
@@ -502,17 +419,17 @@ async fn a_slow_lease_acquisition_holds_back_only_its_own_log() {
     let w = s.writer(21);
     append_now(&w, LogId(2), b"opens the session").await;
     let (gate, handle) = gate();
-    *s.meta.fence_read_gate.lock().unwrap() = Some((LogId(1), gate));
+    s.meta.on(Op::Get).key(keys::fence_key(LogId(1))).once().pause(gate);
     let slow = tokio::spawn({
         let w = w.clone();
         async move { w.append(LogId(1), Bytes::from_static(b"slow"), 1).await }
     });
-    handle.reached.await.expect("the acquisition reached the fence read");
+    handle.reached().await; // the acquisition reached the fence read
     let other =
         tokio::time::timeout(Duration::from_secs(10), w.append(LogId(3), Bytes::from_static(b"b"), 1)).await;
     assert_eq!(other.expect("log 3 waited for log 1's lease").unwrap().offset, 0);
     assert!(!slow.is_finished());
-    let _ = handle.open.send(());
+    handle.open();
     assert_eq!(slow.await.unwrap().unwrap().offset, 0);
     w.close().await;
 }
