@@ -17,7 +17,9 @@ use lakestream_format::{LogId, keys};
 use lakestream_meta::lease::{self, LeaseError};
 use lakestream_meta::{MetaStore, PutCondition, Record, Session};
 
-use hooks::HookStore;
+use hooks::{audited, fail_puts_after, fence_before_next_fence_read};
+use lakestream_meta::hooked::Op;
+use lakestream_meta::test_rng::{Seed, TestRng};
 
 /// Instantiates every scenario as a `#[tokio::test]` for a backend. `$factory` is an
 /// `async fn() -> (Arc<dyn MetaStore>, impl Drop)`; the second value keeps the backend's
@@ -180,8 +182,8 @@ pub async fn log_ids_are_unique_and_never_reused_after_deletion(store: Arc<dyn M
 /// [Catalog] Log IDs are unique across the deployment: many tasks creating and growing many
 /// streams at once, through two catalog instances sharing the store, never get the same ID.
 pub async fn log_ids_are_unique_under_concurrent_creates(store: Arc<dyn MetaStore>) {
-    let hooks = HookStore::new(store, &test_config().partition);
-    hooks.interleave();
+    let (hooks, audit) = audited(store, &test_config().partition);
+    audit.interleave();
     let first = catalog_over(hooks.clone(), test_config()).await;
     let second = Catalog::new(hooks.clone(), test_config()).unwrap();
     let mut tasks = tokio::task::JoinSet::new();
@@ -211,7 +213,7 @@ pub async fn log_ids_are_unique_under_concurrent_creates(store: Arc<dyn MetaStor
     for log_id in all {
         first.open_log(log_id).await.unwrap();
     }
-    assert_eq!(hooks.violations(), Vec::<String>::new());
+    assert_eq!(audit.violations(), Vec::<String>::new());
 }
 
 // ---- opening logs and layout records -------------------------------------------------
@@ -319,7 +321,7 @@ pub async fn a_new_incarnation_gets_a_new_identity(store: Arc<dyn MetaStore>) {
 /// stream-record write, that each log of the layout being written has its log record.
 pub async fn adding_partitions_publishes_only_after_every_new_log_exists(store: Arc<dyn MetaStore>) {
     let config = test_config();
-    let hooks = HookStore::new(store, &config.partition);
+    let (hooks, audit) = audited(store, &config.partition);
     let catalog = catalog_over(hooks.clone(), config).await;
     let start = create(&catalog, "orders", 2).await;
     let grown = catalog.add_partitions(NS, "orders", Growth::By(3)).await.unwrap();
@@ -331,8 +333,8 @@ pub async fn adding_partitions_publishes_only_after_every_new_log_exists(store: 
     for (partition, log_id) in grown.logs.iter().enumerate() {
         assert_eq!(catalog.open_log(*log_id).await.unwrap().partition as usize, partition);
     }
-    assert!(hooks.layouts_checked.load(std::sync::atomic::Ordering::SeqCst) >= 4);
-    assert_eq!(hooks.violations(), Vec::<String>::new());
+    assert!(audit.layouts_checked() >= 4);
+    assert_eq!(audit.violations(), Vec::<String>::new());
 }
 
 /// A crash in the middle of an expansion (here: log-record writes failing after the claim)
@@ -340,10 +342,10 @@ pub async fn adding_partitions_publishes_only_after_every_new_log_exists(store: 
 /// claimed logs, and never publishes a layout that names a missing log.
 pub async fn interrupted_expansion_is_completed_by_a_retry(store: Arc<dyn MetaStore>) {
     let config = test_config();
-    let hooks = HookStore::new(store, &config.partition);
+    let (hooks, audit) = audited(store, &config.partition);
     let catalog = catalog_over(hooks.clone(), config).await;
     let start = create(&catalog, "orders", 1).await;
-    hooks.fail_puts_after("/lakestream-catalog/logs/", 1);
+    let failing = fail_puts_after(&hooks, "/lakestream-catalog/logs/", 1);
     let err = catalog.add_partitions(NS, "orders", Growth::By(3)).await.unwrap_err();
     assert_eq!(err.class(), lakestream_format::ErrorClass::Retryable, "{err}");
     let stuck = catalog.get_stream(NS, "orders").await.unwrap();
@@ -352,7 +354,7 @@ pub async fn interrupted_expansion_is_completed_by_a_retry(store: Arc<dyn MetaSt
     for pending in &stuck.pending_logs {
         assert!(matches!(catalog.open_log(*pending).await, Err(CatalogError::LogNotFound { .. })));
     }
-    hooks.stop_failing();
+    failing.remove();
     // Another caller's expansion finishes the interrupted one first, then adds its own.
     let done = catalog.add_partitions(NS, "orders", Growth::By(1)).await.unwrap();
     assert_eq!(done.logs.len(), 5);
@@ -360,19 +362,19 @@ pub async fn interrupted_expansion_is_completed_by_a_retry(store: Arc<dyn MetaSt
     for log_id in &done.logs {
         catalog.open_log(*log_id).await.unwrap();
     }
-    assert_eq!(hooks.violations(), Vec::<String>::new());
+    assert_eq!(audit.violations(), Vec::<String>::new());
 }
 
 /// A create interrupted after its claim: the identity is taken, the retry path publishes
 /// the logs, and a drop deletes even logs that were only pending.
 pub async fn interrupted_create_is_completed_or_dropped(store: Arc<dyn MetaStore>) {
     let config = test_config();
-    let hooks = HookStore::new(store, &config.partition);
+    let (hooks, audit) = audited(store, &config.partition);
     let catalog = catalog_over(hooks.clone(), config).await;
-    hooks.fail_puts_after("/lakestream-catalog/logs/", 0);
+    let failing = fail_puts_after(&hooks, "/lakestream-catalog/logs/", 0);
     assert!(catalog.create_stream(NS, "a", 2, BTreeMap::new()).await.is_err());
     assert!(catalog.create_stream(NS, "b", 2, BTreeMap::new()).await.is_err());
-    hooks.stop_failing();
+    failing.remove();
     let a = catalog.get_stream(NS, "a").await.unwrap();
     assert_eq!((a.logs.len(), a.pending_logs.len()), (0, 2));
     let err = catalog.create_stream(NS, "a", 2, BTreeMap::new()).await.unwrap_err();
@@ -391,15 +393,15 @@ pub async fn interrupted_create_is_completed_or_dropped(store: Arc<dyn MetaStore
             Err(LeaseError::Fenced { .. })
         ));
     }
-    assert_eq!(hooks.violations(), Vec::<String>::new());
+    assert_eq!(audit.violations(), Vec::<String>::new());
 }
 
 /// Two (and more) concurrent expansions neither lose a partition nor publish a layout that
 /// names a missing log: additions add up, and "grow to" takes the largest target.
 pub async fn concurrent_expansions_lose_no_partition(store: Arc<dyn MetaStore>) {
     let config = test_config();
-    let hooks = HookStore::new(store, &config.partition);
-    hooks.interleave();
+    let (hooks, audit) = audited(store, &config.partition);
+    audit.interleave();
     let catalog = catalog_over(hooks.clone(), config).await;
     let start = create(&catalog, "orders", 1).await;
     let mut tasks = tokio::task::JoinSet::new();
@@ -427,7 +429,7 @@ pub async fn concurrent_expansions_lose_no_partition(store: Arc<dyn MetaStore>) 
     for (partition, log_id) in after_to.logs.iter().enumerate() {
         assert_eq!(catalog.open_log(*log_id).await.unwrap().partition as usize, partition);
     }
-    assert_eq!(hooks.violations(), Vec::<String>::new());
+    assert_eq!(audit.violations(), Vec::<String>::new());
 }
 
 /// A drop racing expansions: whichever wins each compare-and-set, every log the identity
@@ -435,8 +437,8 @@ pub async fn concurrent_expansions_lose_no_partition(store: Arc<dyn MetaStore>) 
 /// layout ever named a missing log.
 pub async fn a_drop_racing_expansions_leaves_every_claimed_log_fenced(store: Arc<dyn MetaStore>) {
     let config = test_config();
-    let hooks = HookStore::new(store, &config.partition);
-    hooks.interleave();
+    let (hooks, audit) = audited(store, &config.partition);
+    audit.interleave();
     let catalog = catalog_over(hooks.clone(), config).await;
     let start = create(&catalog, "orders", 1).await;
     let mut tasks = tokio::task::JoinSet::new();
@@ -465,38 +467,27 @@ pub async fn a_drop_racing_expansions_leaves_every_claimed_log_fenced(store: Arc
         assert!(lease::is_fenced(hooks.as_ref(), log_id).await.unwrap(), "log {log_id} not fenced");
         assert!(matches!(catalog.open_log(log_id).await, Err(CatalogError::LogNotFound { .. })));
     }
-    assert_eq!(hooks.violations(), Vec::<String>::new());
+    assert_eq!(audit.violations(), Vec::<String>::new());
 }
 
-/// A small deterministic generator (SplitMix64) for the randomized scenario's choices.
-struct Choices(u64);
-
-impl Choices {
-    fn below(&mut self, n: u64) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        (z ^ (z >> 31)) % n
-    }
-}
-
-/// Random operations from several tasks at once (each task's sequence fixed by its seed,
-/// printed on failure), then the invariants: IDs unique across every identity ever created;
+/// Random operations from several tasks at once (each task's sequence fixed by the run's
+/// seed, printed; `LAKESTREAM_TEST_SEED` replays it), then the invariants: IDs unique across every identity ever created;
 /// each live stream's layout fully registered, nothing left pending, every log opening to
 /// its partition; every tombstone `dropped`, with all of its logs fenced and purged; and no
 /// live layout ever written that named a missing log.
 pub async fn random_concurrent_operations_keep_the_catalog_invariants(store: Arc<dyn MetaStore>) {
     let config = test_config();
-    let hooks = HookStore::new(store, &config.partition);
-    hooks.interleave();
+    let (hooks, audit) = audited(store, &config.partition);
+    audit.interleave();
     let catalog = catalog_over(hooks.clone(), config).await;
     let names: Vec<String> = (0..6).map(|i| format!("s{i}")).collect();
     let mut tasks = tokio::task::JoinSet::new();
-    for seed in 1..=4u64 {
+    let run = Seed::or("random_concurrent_operations_keep_the_catalog_invariants", 0);
+    for task in 1..=4u64 {
+        let seed = run.value().wrapping_add(task);
         let (catalog, names, store) = (catalog.clone(), names.clone(), hooks.clone());
         tasks.spawn(async move {
-            let mut choose = Choices(seed);
+            let choose = TestRng::new(seed);
             for step in 0..25 {
                 let name = &names[choose.below(names.len() as u64) as usize];
                 let result = match choose.below(10) {
@@ -583,7 +574,7 @@ pub async fn random_concurrent_operations_keep_the_catalog_invariants(store: Arc
     }
     assert!(!seen.is_empty() && dropped > 0, "the operations created {seen:?} and dropped {dropped}");
     assert_unique(&seen);
-    assert_eq!(hooks.violations(), Vec::<String>::new());
+    assert_eq!(audit.violations(), Vec::<String>::new());
 }
 
 // ---- deleting logs, fences and leases ------------------------------------------------
@@ -743,12 +734,12 @@ pub async fn a_deletion_that_times_out_purges_nothing_and_keeps_the_fence(store:
 /// lease record, so the deletion finds no lease and completes.
 pub async fn a_fence_before_the_lease_fence_read_makes_the_writer_give_up(store: Arc<dyn MetaStore>) {
     let config = test_config();
-    let hooks = HookStore::new(store, &config.partition);
+    let (hooks, _audit) = audited(store, &config.partition);
     let catalog = catalog_over(hooks.clone(), config).await;
     let log_id = create(&catalog, "orders", 1).await.logs[0];
     append_index_records(hooks.as_ref(), log_id, 2).await;
     let session = open_session(hooks.as_ref()).await;
-    hooks.fence_before_next_fence_read(log_id);
+    fence_before_next_fence_read(&hooks, log_id);
     let err = lease::acquire(hooks.as_ref(), &session, log_id, "writer-1").await.unwrap_err();
     assert!(matches!(err, LeaseError::Fenced { log_id: l } if l == log_id), "{err}");
     assert!(
@@ -1042,7 +1033,7 @@ pub async fn a_lost_compare_and_set_is_retried_after_a_pause_then_reported_as_co
     use lakestream_format::retry::{Backoff, BackoffPolicy, Jitter};
     const SEED: u64 = 31;
     let config = CatalogConfig { max_cas_attempts: 8, ..test_config() };
-    let hooks = HookStore::new(store, &config.partition);
+    let (hooks, _audit) = audited(store, &config.partition);
     let catalog = Catalog::with_jitter(hooks.clone(), config, Arc::new(Jitter::seeded(SEED))).unwrap();
     catalog.create_namespace(NS, BTreeMap::new()).await.unwrap();
     create(&catalog, "orders", 1).await;
@@ -1050,11 +1041,11 @@ pub async fn a_lost_compare_and_set_is_retried_after_a_pause_then_reported_as_co
     let change = BTreeMap::from([("retention".to_owned(), Some("1d".to_owned()))]);
 
     // Six lost races, then a win: the change is made once, after six pauses.
-    hooks.race_puts(&stream_prefix, 6);
+    let race = hooks.on(Op::Put).key_prefix(&stream_prefix).times(6).lose_race();
     let started = std::time::Instant::now();
     let changed = catalog.update_stream_properties(NS, "orders", &change).await.unwrap();
     assert_eq!(changed.properties.get("retention").map(String::as_str), Some("1d"));
-    let times = hooks.raced_put_times.lock().unwrap().clone();
+    let times = race.fired_at();
     assert_eq!(times.len(), 6, "six conditional puts lost");
     // The pauses are the seeded backoff's draws for retries 0..5 (sleeps last at least that).
     let replay = Backoff::new(BackoffPolicy::compare_and_set(8), Arc::new(Jitter::seeded(SEED)));
@@ -1068,12 +1059,13 @@ pub async fn a_lost_compare_and_set_is_retried_after_a_pause_then_reported_as_co
 
     // A race lost on every attempt: bounded by max_cas_attempts, reported as contention,
     // and nothing of the change written.
-    hooks.race_puts(&stream_prefix, usize::MAX);
+    race.remove();
+    let race = hooks.on(Op::Put).key_prefix(&stream_prefix).lose_race();
     let undo = BTreeMap::from([("retention".to_owned(), None)]);
     let err = catalog.update_stream_properties(NS, "orders", &undo).await.unwrap_err();
     assert!(matches!(&err, CatalogError::Contended { attempts: 8, .. }), "{err}");
     assert_eq!(err.class(), lakestream_format::ErrorClass::Contended);
-    hooks.race_puts(&stream_prefix, 0);
+    race.remove();
     let stream = catalog.get_stream(NS, "orders").await.unwrap();
     assert_eq!(stream.properties.get("retention").map(String::as_str), Some("1d"));
 }
