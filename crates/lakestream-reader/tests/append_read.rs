@@ -5,7 +5,6 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use async_trait::async_trait;
 use bytes::Bytes;
 use lakestream_format::compacted::{self, KNOWN_BINDINGS};
 use lakestream_format::companion::{self, CompanionRow};
@@ -13,10 +12,9 @@ use lakestream_format::entry_index::{EntryIndex, ParquetRange};
 use lakestream_format::file_index::{FileIndex, FileIndexEntry};
 use lakestream_format::keys::{self, IndexKey};
 use lakestream_format::{Entry, LogId, LogRef, SystemClock};
+use lakestream_meta::hooked::{Answer, HookedStore, Op};
 use lakestream_meta::lease::{self, SeededTokens};
-use lakestream_meta::{
-    Comparison, InMemoryStore, MetaError, MetaResult, MetaStore, PutCondition, Record, Session, WriteResult,
-};
+use lakestream_meta::{InMemoryStore, MetaStore, PutCondition, Record};
 use lakestream_objstore::{
     FaultConfig, FaultyStore, InMemoryStore as MemObjects, ObjectPath, ObjectStore, Operation,
     OperationFaults,

@@ -2,84 +2,22 @@
 //! an append made by another process (a writer that does not tell the reader).
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use async_trait::async_trait;
 use bytes::Bytes;
 use lakestream_format::{LogId, LogRef, SystemClock};
+use lakestream_meta::hooked::{HookedStore, Op};
 use lakestream_meta::lease::SeededTokens;
-use lakestream_meta::{
-    Comparison, InMemoryStore, MetaResult, MetaStore, PutCondition, Record, Session, WriteResult,
-};
+use lakestream_meta::{InMemoryStore, MetaStore};
 use lakestream_objstore::{InMemoryStore as MemObjects, ObjectStore};
 use lakestream_reader::{Reader, ReaderConfig, ReaderDeps};
 use lakestream_writer::{Writer, WriterConfig, WriterDeps};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
-/// A metadata store that counts its reads (lookups, scans, lists).
-#[derive(Debug)]
-struct CountedReads {
-    inner: Arc<dyn MetaStore>,
-    reads: AtomicU64,
-}
-
-#[async_trait]
-impl MetaStore for CountedReads {
-    async fn get_cmp(&self, partition: &str, key: &str, cmp: Comparison) -> MetaResult<Option<Record>> {
-        self.reads.fetch_add(1, Ordering::SeqCst);
-        self.inner.get_cmp(partition, key, cmp).await
-    }
-    async fn put(
-        &self,
-        partition: &str,
-        key: &str,
-        value: Bytes,
-        condition: PutCondition,
-    ) -> MetaResult<WriteResult> {
-        self.inner.put(partition, key, value, condition).await
-    }
-    async fn delete(&self, partition: &str, key: &str) -> MetaResult<bool> {
-        self.inner.delete(partition, key).await
-    }
-    async fn delete_if_version(
-        &self,
-        partition: &str,
-        key: &str,
-        version: lakestream_meta::Version,
-    ) -> MetaResult<()> {
-        self.inner.delete_if_version(partition, key, version).await
-    }
-    async fn delete_range(&self, partition: &str, start: &str, end: &str) -> MetaResult<()> {
-        self.inner.delete_range(partition, start, end).await
-    }
-    async fn sequenced_put(
-        &self,
-        partition: &str,
-        prefix: &str,
-        deltas: &[u64],
-        value: Bytes,
-    ) -> MetaResult<WriteResult> {
-        self.inner.sequenced_put(partition, prefix, deltas, value).await
-    }
-    async fn list(&self, partition: &str, start: &str, end: &str) -> MetaResult<Vec<String>> {
-        self.reads.fetch_add(1, Ordering::SeqCst);
-        self.inner.list(partition, start, end).await
-    }
-    async fn scan(
-        &self,
-        partition: &str,
-        start: &str,
-        end: &str,
-        limit: Option<usize>,
-    ) -> MetaResult<Vec<Record>> {
-        self.reads.fetch_add(1, Ordering::SeqCst);
-        self.inner.scan(partition, start, end, limit).await
-    }
-    async fn open_session(&self, timeout: Duration) -> MetaResult<Arc<dyn Session>> {
-        self.inner.open_session(timeout).await
-    }
+/// The metadata reads (lookups, scans, lists) made through `counted` so far.
+fn metadata_reads(counted: &HookedStore) -> u64 {
+    [Op::Get, Op::Scan, Op::List].into_iter().map(|op| counted.calls(op)).sum()
 }
 
 const LOG: LogId = LogId(1);
@@ -88,7 +26,7 @@ struct Setup {
     /// A writer of "another process": it never tells the reader about its appends.
     writer: Writer,
     reader: Reader,
-    counted: Arc<CountedReads>,
+    counted: Arc<HookedStore>,
 }
 
 /// A log with one entry, a writer, and a reader whose metadata reads are counted.
@@ -104,7 +42,7 @@ async fn setup() -> Setup {
     let config = WriterConfig { flush_window: Duration::from_millis(1), ..WriterConfig::default() };
     let writer = Writer::start(config, deps).unwrap();
     writer.append(LOG, Bytes::from_static(b"first"), 1).await.unwrap();
-    let counted = Arc::new(CountedReads { inner: meta, reads: AtomicU64::new(0) });
+    let counted = HookedStore::new(meta);
     let deps = ReaderDeps { meta: counted.clone(), wal: wal.clone(), compacted: wal };
     let reader = Reader::new(ReaderConfig::default(), deps).unwrap();
     Setup { writer, reader, counted }
@@ -143,10 +81,10 @@ async fn idle_reads_per_second(tailers: usize) -> f64 {
     let s = setup().await;
     let tasks: Vec<_> = (0..tailers).map(|_| tail(&s.reader, 1, Duration::from_millis(500))).collect();
     tokio::time::sleep(Duration::from_secs(1)).await; // past the backoff's ramp
-    let before = s.counted.reads.load(Ordering::SeqCst);
+    let before = metadata_reads(&s.counted);
     let window = Duration::from_secs(4);
     tokio::time::sleep(window).await;
-    let reads = s.counted.reads.load(Ordering::SeqCst) - before;
+    let reads = metadata_reads(&s.counted) - before;
     for (_, task) in tasks {
         task.abort();
     }

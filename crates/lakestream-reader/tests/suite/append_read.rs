@@ -132,83 +132,12 @@ async fn failed_object_write_publishes_no_index_record() {
     w.close().await;
 }
 
-/// A metadata store that delegates to a real one, with faults injected by hooks: the
-/// failure modes these tests need, each a one-line closure instead of a wrapper type.
-#[derive(Default)]
-struct Hooks {
-    /// Replaces a sequenced put's successful result (the put itself has taken effect).
-    after_sequenced_put: Option<Box<dyn Fn(WriteResult) -> MetaResult<WriteResult> + Send + Sync>>,
-    /// Answers one scan instead of the store (then cleared).
-    next_scan: std::sync::Mutex<Option<Vec<Record>>>,
-    /// Answers one read of the trim marker instead of the store (then cleared).
-    next_trim_marker: std::sync::Mutex<Option<Record>>,
-}
-
-struct Hooked {
-    inner: Arc<dyn MetaStore>,
-    hooks: Hooks,
-}
-
-impl std::fmt::Debug for Hooked {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Hooked").field("inner", &self.inner).finish_non_exhaustive()
-    }
-}
-
-#[async_trait]
-impl MetaStore for Hooked {
-    async fn get_cmp(&self, p: &str, k: &str, c: Comparison) -> MetaResult<Option<Record>> {
-        if k.starts_with("/mark-deleted-offsets/")
-            && let Some(stale) = self.hooks.next_trim_marker.lock().unwrap().take()
-        {
-            return Ok(Some(stale));
-        }
-        self.inner.get_cmp(p, k, c).await
-    }
-    async fn put(&self, p: &str, k: &str, v: Bytes, c: PutCondition) -> MetaResult<WriteResult> {
-        self.inner.put(p, k, v, c).await
-    }
-    async fn delete(&self, p: &str, k: &str) -> MetaResult<bool> {
-        self.inner.delete(p, k).await
-    }
-    async fn delete_if_version(&self, p: &str, k: &str, version: lakestream_meta::Version) -> MetaResult<()> {
-        self.inner.delete_if_version(p, k, version).await
-    }
-    async fn delete_range(&self, p: &str, a: &str, b: &str) -> MetaResult<()> {
-        self.inner.delete_range(p, a, b).await
-    }
-    async fn sequenced_put(&self, p: &str, prefix: &str, d: &[u64], v: Bytes) -> MetaResult<WriteResult> {
-        let result = self.inner.sequenced_put(p, prefix, d, v).await?;
-        match &self.hooks.after_sequenced_put {
-            Some(hook) => hook(result),
-            None => Ok(result),
-        }
-    }
-    async fn list(&self, p: &str, a: &str, b: &str) -> MetaResult<Vec<String>> {
-        self.inner.list(p, a, b).await
-    }
-    async fn scan(&self, p: &str, a: &str, b: &str, limit: Option<usize>) -> MetaResult<Vec<Record>> {
-        if let Some(stale) = self.hooks.next_scan.lock().unwrap().take() {
-            return Ok(stale);
-        }
-        self.inner.scan(p, a, b, limit).await
-    }
-    async fn open_session(&self, timeout: Duration) -> MetaResult<Arc<dyn Session>> {
-        self.inner.open_session(timeout).await
-    }
-}
-
 #[tokio::test]
 async fn an_index_put_with_unknown_outcome_is_reported_as_unknown_not_failed() {
     // Appending: "A sequenced put whose outcome is unknown … can have committed."
     let s = stack().await;
-    let hooks = Hooks {
-        after_sequenced_put: Some(Box::new(|_| {
-            Err(MetaError::OutcomeUnknown("response lost (injected)".into()))
-        })),
-        ..Hooks::default()
-    };
-    let lossy = Arc::new(Hooked { inner: s.meta.clone(), hooks });
+    let lossy = HookedStore::new(s.meta.clone());
+    lossy.on(Op::SequencedPut).lose_answer();
     let w = writer(lossy.clone(), s.wal.clone(), 5);
     let err = w.append(LogId(4), Bytes::from_static(b"maybe"), 2).await.unwrap_err();
     assert!(matches!(err, AppendError::OutcomeUnknown { .. }), "{err}");
@@ -509,8 +438,8 @@ async fn a_missing_object_makes_the_reader_look_the_record_up_again() {
     for name in wal_names {
         s.wal.delete(&ObjectPath::new(name).unwrap()).await.unwrap(); // reclaimed
     }
-    let hooks = Hooks { next_scan: std::sync::Mutex::new(Some(stale)), ..Hooks::default() };
-    let meta: Arc<dyn MetaStore> = Arc::new(Hooked { inner: s.meta.clone(), hooks });
+    let meta = HookedStore::new(s.meta.clone());
+    meta.on(Op::Scan).once().answer(Answer::Records(stale));
     let deps = ReaderDeps { meta, wal: s.wal.clone(), compacted: s.compacted.clone() };
     let cold = Reader::new(ReaderConfig::default(), deps).unwrap();
     let got = read_all(&cold, &log, 0).await;
@@ -690,8 +619,8 @@ async fn a_read_with_a_stale_trim_marker_retries_from_the_new_one() {
         created_ms: 0,
         modified_ms: 0,
     };
-    let hooks = Hooks { next_trim_marker: std::sync::Mutex::new(Some(stale_marker)), ..Hooks::default() };
-    let meta: Arc<dyn MetaStore> = Arc::new(Hooked { inner: s.meta.clone(), hooks });
+    let meta = HookedStore::new(s.meta.clone());
+    meta.on(Op::Get).key_prefix("/mark-deleted-offsets/").once().answer(Answer::Record(Some(stale_marker)));
     let r = Reader::new(
         ReaderConfig::default(),
         ReaderDeps { meta, wal: s.wal.clone(), compacted: s.compacted.clone() },
