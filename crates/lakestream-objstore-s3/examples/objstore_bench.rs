@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use lakestream_objstore::{LocalFsStore, ObjectPath, ObjectRoot, ObjectStore};
-use lakestream_objstore_s3::{ConditionalPut, S3Config, S3Store};
+use lakestream_objstore_s3::{S3Store, testkit};
 
 const MIB: usize = 1024 * 1024;
 
@@ -50,23 +50,8 @@ async fn measure(store: &dyn ObjectStore, run: &str, size: usize, budget: Durati
 async fn main() {
     let seconds: f64 = std::env::args().nth(1).and_then(|s| s.parse().ok()).unwrap_or(0.5);
     let budget = Duration::from_secs_f64(seconds);
-    let var = |name: &str| {
-        std::env::var(name).unwrap_or_else(|_| {
-            eprintln!("{name} is not set: start the S3 server first (source scripts/servers.sh && start_s3 $(mktemp -d))");
-            std::process::exit(2)
-        })
-    };
-    let s3 = S3Store::new(S3Config {
-        bucket: var("LAKESTREAM_TEST_S3_BUCKET"),
-        endpoint: Some(var("LAKESTREAM_TEST_S3_ENDPOINT")),
-        region: var("LAKESTREAM_TEST_S3_REGION"),
-        access_key_id: Some(var("LAKESTREAM_TEST_S3_ACCESS_KEY")),
-        secret_access_key: Some(var("LAKESTREAM_TEST_S3_SECRET_KEY")),
-        force_path_style: true,
-        conditional_put: ConditionalPut::Sequential,
-        ..S3Config::default()
-    })
-    .expect("S3 config");
+    // The S3 server of the tests (`LAKESTREAM_TEST_S3_*`; instructions when unset).
+    let s3 = S3Store::new(testkit::server_config()).expect("S3 config");
     let dir = std::env::temp_dir().join(format!("lakestream-objstore-bench-{}", std::process::id()));
     let local = LocalFsStore::new(&dir, ObjectRoot::parse("bench").expect("root")).expect("local store");
     let stores: [(&str, Arc<dyn ObjectStore>); 2] = [("local-fs", Arc::new(local)), ("s3", Arc::new(s3))];

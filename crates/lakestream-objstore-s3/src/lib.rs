@@ -7,6 +7,8 @@ pub mod credentials;
 #[cfg(feature = "lifecycle")]
 pub mod lifecycle;
 pub mod store;
+#[cfg(feature = "testkit")]
+pub mod testkit;
 
 pub use config::{ConditionalPut, S3Config};
 pub use store::{S3Store, crc32c_base64};

@@ -14,7 +14,7 @@ use std::process::{Command, Output};
 use bytes::Bytes;
 use lakestream_objstore::conformance::unique_run_prefix;
 use lakestream_objstore::{ObjectPath, ObjectStore};
-use lakestream_objstore_s3::{ConditionalPut, S3Config, S3Store};
+use lakestream_objstore_s3::{S3Config, S3Store, testkit};
 
 /// Set in a child: run the round trip with the chain and report.
 const CHILD: &str = "LAKESTREAM_CREDENTIAL_CHAIN_CHILD";
@@ -143,11 +143,7 @@ fn child() -> i32 {
         endpoint: Some(var("LAKESTREAM_TEST_S3_ENDPOINT")),
         region: var("LAKESTREAM_TEST_S3_REGION"),
         force_path_style: true,
-        conditional_put: match std::env::var("LAKESTREAM_TEST_S3_CONDITIONAL_PUT").as_deref() {
-            Ok("atomic") => ConditionalPut::Atomic,
-            Ok("disabled") => ConditionalPut::Disabled,
-            _ => ConditionalPut::Sequential,
-        },
+        conditional_put: testkit::conditional_put(),
         max_attempts: 1,
         ..S3Config::default()
     };

@@ -1,4 +1,4 @@
-//! Shared helpers of the S3 tests: the server's settings from the environment, and an
+//! Shared helpers of the S3 tests: the server's settings (the crate's testkit), and an
 //! interceptor that records every request as it goes on the wire.
 
 #![allow(dead_code)] // each test file uses a different subset
@@ -8,34 +8,9 @@ use std::sync::{Arc, Mutex};
 use aws_sdk_s3::config::interceptors::BeforeTransmitInterceptorContextRef;
 use aws_sdk_s3::config::{ConfigBag, Intercept, RuntimeComponents};
 use aws_sdk_s3::error::BoxError;
-use lakestream_objstore_s3::{ConditionalPut, S3Config};
-
-const HOW_TO_START: &str = "the S3 tests need a running s3s-fs server: run `scripts/test`, or start one with \
-     `source scripts/servers.sh && start_s3 $(mktemp -d)` in the repository root and run cargo test in that shell";
-
-/// The settings of the test server, from `LAKESTREAM_TEST_S3_*`. Panics with instructions
-/// when they are unset: these tests are never skipped silently.
-pub fn server_config() -> S3Config {
-    let var =
-        |name: &str| std::env::var(name).unwrap_or_else(|_| panic!("{name} is not set; {HOW_TO_START}"));
-    S3Config {
-        bucket: var("LAKESTREAM_TEST_S3_BUCKET"),
-        endpoint: Some(var("LAKESTREAM_TEST_S3_ENDPOINT")),
-        region: var("LAKESTREAM_TEST_S3_REGION"),
-        access_key_id: Some(var("LAKESTREAM_TEST_S3_ACCESS_KEY")),
-        secret_access_key: Some(var("LAKESTREAM_TEST_S3_SECRET_KEY")),
-        force_path_style: true,
-        // s3s-fs 0.14.1 checks If-None-Match before writing, not atomically. Another server
-        // can be declared atomic with LAKESTREAM_TEST_S3_CONDITIONAL_PUT=atomic.
-        conditional_put: match std::env::var("LAKESTREAM_TEST_S3_CONDITIONAL_PUT").as_deref() {
-            Ok("atomic") => ConditionalPut::Atomic,
-            Ok("disabled") => ConditionalPut::Disabled,
-            _ => ConditionalPut::Sequential,
-        },
-        retry_seed: Some(7),
-        ..S3Config::default()
-    }
-}
+/// The settings of the test server (`LAKESTREAM_TEST_S3_*`); panics with instructions when
+/// they are unset: these tests are never skipped silently.
+pub use lakestream_objstore_s3::testkit::server_config;
 
 /// A request as sent: method, URI and the headers the tests look at.
 #[derive(Debug, Clone)]
