@@ -17,32 +17,12 @@ use lakestream_meta::MetaStore;
 use lakestream_meta::lease::SeededTokens;
 use lakestream_meta_oxia::testkit::StandaloneOxia;
 use lakestream_objstore::ObjectStore;
-use lakestream_objstore_s3::{ConditionalPut, S3Config, S3Store};
+use lakestream_objstore_s3::testkit::server_store;
 use lakestream_reader::{Reader, ReaderConfig, ReaderDeps};
 use lakestream_writer::{Writer, WriterConfig, WriterDeps};
 
 /// Numbers the runs of this process, so that concurrent ones use distinct S3 prefixes.
 static RUNS: AtomicU64 = AtomicU64::new(0);
-
-const HOW_TO_START: &str = "this test needs a running S3 server: run `scripts/test`, or start s3s-fs with \
-     `source scripts/servers.sh && start_s3 $(mktemp -d)` in the repository root and run cargo test in that shell";
-
-fn s3_config(prefix: String) -> S3Config {
-    let var =
-        |name: &str| std::env::var(name).unwrap_or_else(|_| panic!("{name} is not set; {HOW_TO_START}"));
-    S3Config {
-        bucket: var("LAKESTREAM_TEST_S3_BUCKET"),
-        prefix: Some(prefix),
-        endpoint: Some(var("LAKESTREAM_TEST_S3_ENDPOINT")),
-        region: var("LAKESTREAM_TEST_S3_REGION"),
-        access_key_id: Some(var("LAKESTREAM_TEST_S3_ACCESS_KEY")),
-        secret_access_key: Some(var("LAKESTREAM_TEST_S3_SECRET_KEY")),
-        force_path_style: true,
-        conditional_put: ConditionalPut::Sequential,
-        retry_seed: Some(18),
-        ..S3Config::default()
-    }
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn wal_objects_of_hundreds_of_logs_read_back_raw_and_after_compaction_in_memory() {
@@ -60,9 +40,8 @@ async fn wal_objects_of_hundreds_of_logs_read_back_raw_and_after_compaction_on_o
         std::process::id(),
         RUNS.fetch_add(1, Ordering::Relaxed)
     );
-    let wal: Arc<dyn ObjectStore> = Arc::new(S3Store::new(s3_config(format!("{run}/wal"))).unwrap());
-    let compacted: Arc<dyn ObjectStore> =
-        Arc::new(S3Store::new(s3_config(format!("{run}/compacted"))).unwrap());
+    let wal: Arc<dyn ObjectStore> = Arc::new(server_store(format!("{run}/wal")));
+    let compacted: Arc<dyn ObjectStore> = Arc::new(server_store(format!("{run}/compacted")));
     round_trip(Arc::new(oxia.store().await), wal, compacted, clock, 200).await;
 }
 

@@ -27,33 +27,12 @@ use lakestream_meta::{EmbeddedStore, MetaStore};
 use lakestream_meta_oxia::shard_sessions_from_id;
 use lakestream_meta_oxia::testkit::StandaloneOxia;
 use lakestream_objstore::ObjectStore;
-use lakestream_objstore_s3::{ConditionalPut, S3Config, S3Store};
+use lakestream_objstore_s3::testkit::server_store;
 use lakestream_reader::{Reader, ReaderConfig, ReaderDeps};
 use lakestream_writer::{Writer, WriterConfig, WriterDeps};
 
 /// Numbers the runs of this process, so that concurrent ones use distinct S3 prefixes.
 static RUNS: AtomicU64 = AtomicU64::new(0);
-
-const HOW_TO_START: &str = "this test needs a running S3 server: run `scripts/test`, or start s3s-fs with \
-     `source scripts/servers.sh && start_s3 $(mktemp -d)` in the repository root and run cargo test in that shell";
-
-fn s3_config(prefix: String) -> S3Config {
-    let var =
-        |name: &str| std::env::var(name).unwrap_or_else(|_| panic!("{name} is not set; {HOW_TO_START}"));
-    S3Config {
-        bucket: var("LAKESTREAM_TEST_S3_BUCKET"),
-        prefix: Some(prefix),
-        endpoint: Some(var("LAKESTREAM_TEST_S3_ENDPOINT")),
-        region: var("LAKESTREAM_TEST_S3_REGION"),
-        access_key_id: Some(var("LAKESTREAM_TEST_S3_ACCESS_KEY")),
-        secret_access_key: Some(var("LAKESTREAM_TEST_S3_SECRET_KEY")),
-        force_path_style: true,
-        // s3s-fs checks If-None-Match before writing, not atomically.
-        conditional_put: ConditionalPut::Sequential,
-        retry_seed: Some(3),
-        ..S3Config::default()
-    }
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn compaction_trim_and_reclamation_on_a_real_s3_server_and_the_embedded_store() {
@@ -79,9 +58,8 @@ async fn compaction_trim_and_reclamation(meta: Arc<dyn MetaStore>, clock: Manual
         std::process::id(),
         RUNS.fetch_add(1, Ordering::Relaxed)
     );
-    let wal: Arc<dyn ObjectStore> = Arc::new(S3Store::new(s3_config(format!("{run}/wal"))).unwrap());
-    let compacted: Arc<dyn ObjectStore> =
-        Arc::new(S3Store::new(s3_config(format!("{run}/compacted"))).unwrap());
+    let wal: Arc<dyn ObjectStore> = Arc::new(server_store(format!("{run}/wal")));
+    let compacted: Arc<dyn ObjectStore> = Arc::new(server_store(format!("{run}/compacted")));
     let shared_clock: Arc<dyn Clock> = Arc::new(clock.clone());
 
     let writer = Writer::start(
@@ -186,9 +164,8 @@ async fn a_compactor_dead_between_c3_and_c4_on_oxia_is_finished_by_the_next() {
     let clock = ManualClock::new(SystemClock.now_ms());
     let shared_clock: Arc<dyn Clock> = Arc::new(clock.clone());
     let run = format!("compactor-c3c4-{}-{}", clock.now_ms(), std::process::id());
-    let wal: Arc<dyn ObjectStore> = Arc::new(S3Store::new(s3_config(format!("{run}/wal"))).unwrap());
-    let compacted: Arc<dyn ObjectStore> =
-        Arc::new(S3Store::new(s3_config(format!("{run}/compacted"))).unwrap());
+    let wal: Arc<dyn ObjectStore> = Arc::new(server_store(format!("{run}/wal")));
+    let compacted: Arc<dyn ObjectStore> = Arc::new(server_store(format!("{run}/compacted")));
     let writer = Writer::start(
         WriterConfig { flush_window: Duration::from_millis(2), ..WriterConfig::default() },
         WriterDeps {

@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use lakestream_objstore::{ObjectPath, ObjectStore};
 use lakestream_objstore_cloud::{CloudStore, testkit};
-use lakestream_objstore_s3::{ConditionalPut, S3Config, S3Store};
+use lakestream_objstore_s3::S3Store;
 
 const MIB: usize = 1024 * 1024;
 
@@ -75,24 +75,8 @@ async fn measure(
 async fn main() {
     let seconds: f64 = std::env::args().nth(1).and_then(|s| s.parse().ok()).unwrap_or(0.5);
     let budget = Duration::from_secs_f64(seconds);
-    let var = |name: &str| {
-        std::env::var(name).unwrap_or_else(|_| {
-            eprintln!("{name} is not set: start the servers first (see the example's header)");
-            std::process::exit(2)
-        })
-    };
     let run = format!("cloud-bench-{}", std::process::id());
-    let s3 = S3Store::new(S3Config {
-        bucket: var("LAKESTREAM_TEST_S3_BUCKET"),
-        endpoint: Some(var("LAKESTREAM_TEST_S3_ENDPOINT")),
-        region: var("LAKESTREAM_TEST_S3_REGION"),
-        access_key_id: Some(var("LAKESTREAM_TEST_S3_ACCESS_KEY")),
-        secret_access_key: Some(var("LAKESTREAM_TEST_S3_SECRET_KEY")),
-        force_path_style: true,
-        conditional_put: ConditionalPut::Sequential,
-        ..S3Config::default()
-    })
-    .expect("S3 config");
+    let s3 = S3Store::new(lakestream_objstore_s3::testkit::server_config()).expect("S3 config");
     let azure = CloudStore::azure(testkit::azure_config(&run)).expect("azure");
     let gcs_config = testkit::gcs_config(&run);
     let (gcs_endpoint, gcs_bucket) =

@@ -31,27 +31,9 @@ struct Stack {
     _oxia: lakestream_meta_oxia::testkit::StandaloneOxia,
 }
 
-const HOW_TO_START_S3: &str = "this suite needs the S3 server: run `scripts/test`, or start s3s-fs with \
-     `source scripts/servers.sh && start_s3 $(mktemp -d)` and run cargo test in that shell";
-
+/// A root on the test S3 server (`LAKESTREAM_TEST_S3_*`), under a prefix of the run's own.
 fn s3_root(prefix: String) -> Arc<dyn ObjectStore> {
-    use lakestream_objstore_s3::{ConditionalPut, S3Config, S3Store};
-    let var =
-        |name: &str| std::env::var(name).unwrap_or_else(|_| panic!("{name} is not set; {HOW_TO_START_S3}"));
-    let config = S3Config {
-        bucket: var("LAKESTREAM_TEST_S3_BUCKET"),
-        prefix: Some(prefix),
-        endpoint: Some(var("LAKESTREAM_TEST_S3_ENDPOINT")),
-        region: var("LAKESTREAM_TEST_S3_REGION"),
-        access_key_id: Some(var("LAKESTREAM_TEST_S3_ACCESS_KEY")),
-        secret_access_key: Some(var("LAKESTREAM_TEST_S3_SECRET_KEY")),
-        force_path_style: true,
-        // s3s-fs checks If-None-Match before writing, not atomically.
-        conditional_put: ConditionalPut::Sequential,
-        retry_seed: Some(13),
-        ..S3Config::default()
-    };
-    Arc::new(S3Store::new(config).expect("a valid S3 configuration"))
+    Arc::new(lakestream_objstore_s3::testkit::server_store(prefix))
 }
 
 async fn stack() -> Stack {

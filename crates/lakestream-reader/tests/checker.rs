@@ -35,7 +35,6 @@ use lakestream_meta_oxia::{OxiaConfig, OxiaStore};
 use lakestream_objstore::{
     FaultConfig, FaultyStore, InMemoryStore as MemObjects, ObjectStore, Operation, OperationFaults,
 };
-use lakestream_objstore_s3::{ConditionalPut, S3Config, S3Store};
 use lakestream_reader::{Reader, ReaderConfig, ReaderDeps};
 use lakestream_writer::{AppendError, Writer, WriterConfig, WriterDeps};
 
@@ -131,27 +130,9 @@ enum Backend {
     OxiaAndS3,
 }
 
-const HOW_TO_START_S3: &str = "the Oxia + S3 checker needs the S3 server: run `scripts/test`, or start s3s-fs with \
-     `source scripts/servers.sh && start_s3 $(mktemp -d)` and run cargo test in that shell";
-
-/// The S3 server of the environment, under a prefix of the run's own.
+/// A root on the test S3 server (`LAKESTREAM_TEST_S3_*`), under a prefix of the run's own.
 fn s3_store(prefix: String) -> Arc<dyn ObjectStore> {
-    let var =
-        |name: &str| std::env::var(name).unwrap_or_else(|_| panic!("{name} is not set; {HOW_TO_START_S3}"));
-    let config = S3Config {
-        bucket: var("LAKESTREAM_TEST_S3_BUCKET"),
-        prefix: Some(prefix),
-        endpoint: Some(var("LAKESTREAM_TEST_S3_ENDPOINT")),
-        region: var("LAKESTREAM_TEST_S3_REGION"),
-        access_key_id: Some(var("LAKESTREAM_TEST_S3_ACCESS_KEY")),
-        secret_access_key: Some(var("LAKESTREAM_TEST_S3_SECRET_KEY")),
-        force_path_style: true,
-        // s3s-fs checks If-None-Match before writing, not atomically.
-        conditional_put: ConditionalPut::Sequential,
-        retry_seed: Some(11),
-        ..S3Config::default()
-    };
-    Arc::new(S3Store::new(config).expect("a valid S3 configuration"))
+    Arc::new(lakestream_objstore_s3::testkit::server_store(prefix))
 }
 
 /// A fault of the real stack, made from outside the client while the producers run.

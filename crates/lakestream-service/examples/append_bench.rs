@@ -17,7 +17,7 @@ use bytes::Bytes;
 use futures_free::join_all;
 use lakestream_format::LogId;
 use lakestream_objstore::{ObjectPath, ObjectPrefix, ObjectStore};
-use lakestream_objstore_s3::S3Config;
+use lakestream_objstore_s3::testkit::server_config_under;
 use lakestream_service::ServiceConfig;
 use lakestream_service::config::{MetadataConfig, ObjectStoreConfig};
 use lakestream_service::testkit::Stack;
@@ -84,21 +84,9 @@ async fn main() {
     let mut config = ServiceConfig::dev(dir.path());
     config.metadata = MetadataConfig::Embedded { path: dir.path().join("metadata.redb") };
     if args.store == "s3" {
-        let var = |n: &str| {
-            std::env::var(n).unwrap_or_else(|_| panic!("{n} is not set (start s3s-fs: scripts/servers.sh)"))
-        };
-        let s3 = |prefix: String| S3Config {
-            bucket: var("LAKESTREAM_TEST_S3_BUCKET"),
-            prefix: Some(prefix),
-            endpoint: Some(var("LAKESTREAM_TEST_S3_ENDPOINT")),
-            region: var("LAKESTREAM_TEST_S3_REGION"),
-            access_key_id: Some(var("LAKESTREAM_TEST_S3_ACCESS_KEY")),
-            secret_access_key: Some(var("LAKESTREAM_TEST_S3_SECRET_KEY")),
-            force_path_style: true,
-            ..S3Config::default()
-        };
-        config.storage.wal = ObjectStoreConfig::S3(Box::new(s3(format!("bench-{run}/wal"))));
-        config.storage.compacted = ObjectStoreConfig::S3(Box::new(s3(format!("bench-{run}/compacted"))));
+        config.storage.wal = ObjectStoreConfig::S3(Box::new(server_config_under(format!("bench-{run}/wal"))));
+        config.storage.compacted =
+            ObjectStoreConfig::S3(Box::new(server_config_under(format!("bench-{run}/compacted"))));
     }
     config.writer.flush_window = Duration::from_millis(args.window_ms.max(1));
     config.writer.max_in_flight_bytes = config.writer.max_in_flight_bytes.max(args.entry_bytes * 2);

@@ -14,7 +14,7 @@ use bytes::Bytes;
 use futures::StreamExt as _;
 use lakestream_format::LogRef;
 use lakestream_objstore::ObjectPrefix;
-use lakestream_objstore_s3::S3Config;
+use lakestream_objstore_s3::testkit::server_config_under;
 use lakestream_reader::{Reader, ReaderConfig, ReaderDeps, WalReadMode};
 use lakestream_service::ServiceConfig;
 use lakestream_service::config::{MetadataConfig, ObjectStoreConfig};
@@ -26,22 +26,6 @@ fn arg(name: &str, default: &str) -> String {
         .position(|a| a == name)
         .and_then(|i| argv.get(i + 1).cloned())
         .unwrap_or_else(|| default.to_string())
-}
-
-fn s3(prefix: String) -> S3Config {
-    let var = |n: &str| {
-        std::env::var(n).unwrap_or_else(|_| panic!("{n} is not set (start s3s-fs: scripts/servers.sh)"))
-    };
-    S3Config {
-        bucket: var("LAKESTREAM_TEST_S3_BUCKET"),
-        prefix: Some(prefix),
-        endpoint: Some(var("LAKESTREAM_TEST_S3_ENDPOINT")),
-        region: var("LAKESTREAM_TEST_S3_REGION"),
-        access_key_id: Some(var("LAKESTREAM_TEST_S3_ACCESS_KEY")),
-        secret_access_key: Some(var("LAKESTREAM_TEST_S3_SECRET_KEY")),
-        force_path_style: true,
-        ..S3Config::default()
-    }
 }
 
 async fn read_everything(reader: &Reader, logs: &[LogRef]) -> (u64, Duration) {
@@ -74,8 +58,9 @@ async fn main() {
     config.roles.compactor = false;
     config.writer.flush_window = Duration::from_millis(20);
     if store == "s3" {
-        config.storage.wal = ObjectStoreConfig::S3(Box::new(s3(format!("bench-{run}/wal"))));
-        config.storage.compacted = ObjectStoreConfig::S3(Box::new(s3(format!("bench-{run}/compacted"))));
+        config.storage.wal = ObjectStoreConfig::S3(Box::new(server_config_under(format!("bench-{run}/wal"))));
+        config.storage.compacted =
+            ObjectStoreConfig::S3(Box::new(server_config_under(format!("bench-{run}/compacted"))));
     }
     let stack = Stack::open(&config).await.expect("stack");
     let stream = stack

@@ -6,37 +6,16 @@
 use std::time::Duration;
 
 use bytes::Bytes;
-use lakestream_objstore_s3::S3Config;
+use lakestream_objstore_s3::testkit::server_config_under;
 use lakestream_service::ServiceConfig;
 use lakestream_service::config::{MetadataConfig, ObjectStoreConfig};
 use lakestream_service::testkit::Stack;
 
-fn s3_config(prefix: &str) -> S3Config {
-    let var = |name: &str| {
-        std::env::var(name).unwrap_or_else(|_| {
-            panic!(
-                "{name} is not set: these tests need a real S3 server. Run them through scripts/test, \
-                 or start one with `source scripts/servers.sh && start_s3 $(mktemp -d)`"
-            )
-        })
-    };
-    S3Config {
-        bucket: var("LAKESTREAM_TEST_S3_BUCKET"),
-        prefix: Some(prefix.to_string()),
-        endpoint: Some(var("LAKESTREAM_TEST_S3_ENDPOINT")),
-        region: var("LAKESTREAM_TEST_S3_REGION"),
-        access_key_id: Some(var("LAKESTREAM_TEST_S3_ACCESS_KEY")),
-        secret_access_key: Some(var("LAKESTREAM_TEST_S3_SECRET_KEY")),
-        force_path_style: true,
-        ..S3Config::default()
-    }
-}
-
 fn config(dir: &std::path::Path, run: &str) -> ServiceConfig {
     let mut c = ServiceConfig::dev(dir);
     c.metadata = MetadataConfig::Embedded { path: dir.join("metadata.redb") };
-    c.storage.wal = ObjectStoreConfig::S3(Box::new(s3_config(&format!("{run}/wal"))));
-    c.storage.compacted = ObjectStoreConfig::S3(Box::new(s3_config(&format!("{run}/compacted"))));
+    c.storage.wal = ObjectStoreConfig::S3(Box::new(server_config_under(format!("{run}/wal"))));
+    c.storage.compacted = ObjectStoreConfig::S3(Box::new(server_config_under(format!("{run}/compacted"))));
     c.writer.flush_window = Duration::from_millis(5);
     c
 }

@@ -12,7 +12,7 @@ use kafka_protocol::records::{Compression, Record, RecordBatchEncoder, RecordEnc
 use lakestream_kafka::KafkaConfig;
 use lakestream_kafka::KafkaFrontEnd;
 use lakestream_meta::lease::SeededTokens;
-use lakestream_objstore_s3::S3Config;
+use lakestream_objstore_s3::testkit::server_config_under;
 use lakestream_service::config::{MetadataConfig, ObjectStoreConfig};
 use lakestream_service::testkit::Stack;
 use lakestream_service::{Service, ServiceConfig};
@@ -20,27 +20,6 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 pub const MAX_REQUEST: usize = 64 * 1024;
-
-pub fn s3_config(prefix: &str) -> S3Config {
-    let var = |name: &str| {
-        std::env::var(name).unwrap_or_else(|_| {
-            panic!(
-                "{name} is not set: these tests need a real S3 server. Run them through scripts/test, \
-                 or start one with `source scripts/servers.sh && start_s3 $(mktemp -d)`"
-            )
-        })
-    };
-    S3Config {
-        bucket: var("LAKESTREAM_TEST_S3_BUCKET"),
-        prefix: Some(prefix.to_string()),
-        endpoint: Some(var("LAKESTREAM_TEST_S3_ENDPOINT")),
-        region: var("LAKESTREAM_TEST_S3_REGION"),
-        access_key_id: Some(var("LAKESTREAM_TEST_S3_ACCESS_KEY")),
-        secret_access_key: Some(var("LAKESTREAM_TEST_S3_SECRET_KEY")),
-        force_path_style: true,
-        ..S3Config::default()
-    }
-}
 
 pub struct Running {
     pub addr: std::net::SocketAddr,
@@ -63,8 +42,9 @@ impl Running {
 pub fn stack_config(dir: &std::path::Path, run: &str) -> ServiceConfig {
     let mut config = ServiceConfig::dev(dir);
     config.metadata = MetadataConfig::Embedded { path: dir.join("metadata.redb") };
-    config.storage.wal = ObjectStoreConfig::S3(Box::new(s3_config(&format!("{run}/wal"))));
-    config.storage.compacted = ObjectStoreConfig::S3(Box::new(s3_config(&format!("{run}/compacted"))));
+    config.storage.wal = ObjectStoreConfig::S3(Box::new(server_config_under(format!("{run}/wal"))));
+    config.storage.compacted =
+        ObjectStoreConfig::S3(Box::new(server_config_under(format!("{run}/compacted"))));
     config.writer.flush_window = Duration::from_millis(5);
     config
 }
