@@ -15,21 +15,20 @@
 //! `oxia standalone` per run, from `LAKESTREAM_TEST_OXIA_BIN`) and the S3 server
 //! (`LAKESTREAM_TEST_S3_*`), both set by `scripts/test`.
 //!
-//! `LAKESTREAM_CHECKER_SEED` replays a seed; `LAKESTREAM_CHECKER_SEEDS` runs more seeds.
+//! `LAKESTREAM_TEST_SEED` replays a seed; `LAKESTREAM_TEST_SEEDS` runs more seeds.
 
 use std::collections::{HashMap, HashSet};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::time::Instant;
 
-use async_trait::async_trait;
 use bytes::Bytes;
 use lakestream_format::{Clock, LogId, LogRef, SystemClock};
+use lakestream_meta::hooked::{HookedStore, Op};
 use lakestream_meta::lease::SeededTokens;
-use lakestream_meta::{
-    Comparison, InMemoryStore, MetaError, MetaResult, MetaStore, PutCondition, Record, Session, WriteResult,
-};
+use lakestream_meta::test_rng::{Seed, TestRng, sweep};
+use lakestream_meta::{InMemoryStore, MetaError, MetaStore};
 use lakestream_meta_oxia::testkit::{Relay, StandaloneOxia};
 use lakestream_meta_oxia::{OxiaConfig, OxiaStore};
 use lakestream_objstore::{
@@ -38,67 +37,22 @@ use lakestream_objstore::{
 use lakestream_reader::{Reader, ReaderConfig, ReaderDeps};
 use lakestream_writer::{AppendError, Writer, WriterConfig, WriterDeps};
 
-/// A seeded generator (xorshift64*), so a seed replays the same fault decisions.
-#[derive(Debug)]
-struct Rng(Mutex<u64>);
-
-impl Rng {
-    fn chance(&self, p: f64) -> bool {
-        let mut s = self.0.lock().unwrap();
-        *s ^= *s >> 12;
-        *s ^= *s << 25;
-        *s ^= *s >> 27;
-        let x = s.wrapping_mul(0x2545_F491_4F6C_DD1D);
-        (x >> 11) as f64 / (1u64 << 53) as f64 <= p
-    }
-}
-
 /// The metadata store with index-put faults: some fail before they are sent (nothing
-/// happens), some commit and then lose their response (the outcome is unknown).
-#[derive(Debug)]
-struct FaultyMeta {
+/// happens), some commit and then lose their response (the outcome is unknown). Drawn from
+/// the run's seed, so a seed replays the same fault decisions.
+fn faulty_meta(
     inner: Arc<dyn MetaStore>,
-    rng: Rng,
+    seed: u64,
     fail_before: f64,
     lose_response: f64,
-}
-
-#[async_trait]
-impl MetaStore for FaultyMeta {
-    async fn get_cmp(&self, p: &str, k: &str, c: Comparison) -> MetaResult<Option<Record>> {
-        self.inner.get_cmp(p, k, c).await
-    }
-    async fn put(&self, p: &str, k: &str, v: Bytes, c: PutCondition) -> MetaResult<WriteResult> {
-        self.inner.put(p, k, v, c).await
-    }
-    async fn delete(&self, p: &str, k: &str) -> MetaResult<bool> {
-        self.inner.delete(p, k).await
-    }
-    async fn delete_if_version(&self, p: &str, k: &str, version: lakestream_meta::Version) -> MetaResult<()> {
-        self.inner.delete_if_version(p, k, version).await
-    }
-    async fn delete_range(&self, p: &str, a: &str, b: &str) -> MetaResult<()> {
-        self.inner.delete_range(p, a, b).await
-    }
-    async fn sequenced_put(&self, p: &str, prefix: &str, d: &[u64], v: Bytes) -> MetaResult<WriteResult> {
-        if self.rng.chance(self.fail_before) {
-            return Err(MetaError::Unavailable("injected: not sent".into()));
-        }
-        let result = self.inner.sequenced_put(p, prefix, d, v).await?;
-        if self.rng.chance(self.lose_response) {
-            return Err(MetaError::OutcomeUnknown("injected: response lost after commit".into()));
-        }
-        Ok(result)
-    }
-    async fn list(&self, p: &str, a: &str, b: &str) -> MetaResult<Vec<String>> {
-        self.inner.list(p, a, b).await
-    }
-    async fn scan(&self, p: &str, a: &str, b: &str, limit: Option<usize>) -> MetaResult<Vec<Record>> {
-        self.inner.scan(p, a, b, limit).await
-    }
-    async fn open_session(&self, timeout: Duration) -> MetaResult<Arc<dyn Session>> {
-        self.inner.open_session(timeout).await
-    }
+) -> Arc<HookedStore> {
+    let meta = HookedStore::new(inner);
+    let rng = Arc::new(TestRng::new(seed));
+    let draw = rng.clone();
+    let not_sent = MetaError::Unavailable("injected: not sent".into());
+    meta.on(Op::SequencedPut).when(move |_| draw.chance(fail_before)).fail(not_sent);
+    meta.on(Op::SequencedPut).when(move |_| rng.chance(lose_response)).lose_answer();
+    meta
 }
 
 #[derive(Debug, Default, PartialEq, Eq)]
@@ -188,12 +142,7 @@ async fn run(seed: u64, scenario: Scenario) -> Report {
         }
     };
     let (writer_meta, writer_wal): (Arc<dyn MetaStore>, Arc<dyn ObjectStore>) = if injected_faults {
-        let faulty_meta = Arc::new(FaultyMeta {
-            inner: meta.clone(),
-            rng: Rng(Mutex::new(seed | 1)),
-            fail_before: 0.05,
-            lose_response: 0.05,
-        });
+        let faulty_meta = faulty_meta(meta.clone(), seed, 0.05, 0.05);
         let put_faults = OperationFaults {
             error_probability: 0.08,
             throttle_probability: 0.04,
@@ -367,23 +316,17 @@ async fn run(seed: u64, scenario: Scenario) -> Report {
     report
 }
 
-fn seeds() -> Vec<u64> {
-    if let Ok(seed) = std::env::var("LAKESTREAM_CHECKER_SEED") {
-        return vec![seed.parse().expect("LAKESTREAM_CHECKER_SEED is a number")];
-    }
-    let n: u64 = std::env::var("LAKESTREAM_CHECKER_SEEDS").ok().and_then(|v| v.parse().ok()).unwrap_or(8);
-    (1..=n).collect()
-}
-
 async fn check_seeds(scenario: Scenario, seeds: Vec<u64>) -> Report {
     let mut totals = Report::default();
     for seed in seeds {
+        // Printed, and again with how to replay it if the run fails.
+        let _replay = Seed::of(&format!("checker {scenario:?}"), seed);
         let r = run(seed, scenario).await;
         println!("{scenario:?} seed {seed}: {r:?}");
         assert_eq!(
             (r.lost, r.misplaced, r.reordered, r.phantom, r.unexplained_duplicates),
             (0, 0, 0, 0, 0),
-            "{scenario:?} seed {seed}: {r:?} (replay with LAKESTREAM_CHECKER_SEED={seed})"
+            "{scenario:?} seed {seed}: {r:?}"
         );
         if let Some(recovery) = r.recovery {
             let recovery = recovery.unwrap_or_else(|| {
@@ -410,7 +353,7 @@ const RECOVERY_BOUND: Duration = Duration::from_secs(5);
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn no_acknowledged_entry_is_lost_or_reordered_under_injected_faults() {
     let scenario = Scenario { backend: Backend::Memory, injected_faults: true, real_fault: RealFault::None };
-    let totals = check_seeds(scenario, seeds()).await;
+    let totals = check_seeds(scenario, sweep("checker in memory", 1..9)).await;
     // The faults must actually have happened, or the run proves nothing.
     assert!(totals.failed > 0 && totals.unknown > 0, "no faults were injected: {totals:?}");
 }
@@ -420,7 +363,7 @@ async fn no_acknowledged_entry_is_lost_or_reordered_under_injected_faults() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn no_acknowledged_entry_is_lost_or_reordered_on_oxia_and_s3_under_injected_faults() {
     // Fewer seeds than in memory: each run starts its own Oxia server and writes to S3.
-    let seeds = if std::env::var("LAKESTREAM_CHECKER_SEED").is_ok() { seeds() } else { (1..=3).collect() };
+    let seeds = sweep("checker on Oxia and S3", 1..4);
     let scenario =
         Scenario { backend: Backend::OxiaAndS3, injected_faults: true, real_fault: RealFault::None };
     let totals = check_seeds(scenario, seeds).await;
