@@ -5,14 +5,12 @@
 //! lost), before applying it and applying it later (it lands late), or without applying it.
 
 use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
-use async_trait::async_trait;
-use bytes::Bytes;
 use lakestream_cloudevents::{Attribute, CloudEvent};
-use lakestream_meta::store::{Comparison, PutCondition, Record, WriteResult};
-use lakestream_meta::{InMemoryStore, MetaError, MetaResult, MetaStore, Session, Version};
+use lakestream_meta::InMemoryStore;
+use lakestream_meta::hooked::{HookedStore, Op};
 use lakestream_service::api::{FetchParams, PartitionRef};
 use lakestream_service::auth::Caller;
 use lakestream_service::events::EventStatus;
@@ -30,88 +28,29 @@ enum Fault {
     Drop,
 }
 
-#[derive(Debug, Clone)]
-struct HeldPut {
-    partition: String,
-    prefix: String,
-    deltas: Vec<u64>,
-    value: Bytes,
+/// Arms `fault` for the next index put of a log.
+fn arm(store: &HookedStore, fault: Fault) {
+    let next =
+        store.on(Op::SequencedPut).when(|call| call.partition.bytes().all(|b| b.is_ascii_digit())).once();
+    match fault {
+        Fault::LoseAnswer => next.lose_answer(),
+        // Held: `land_held` applies it; a dropped one is never applied.
+        Fault::LandLate | Fault::Drop => next.hold(),
+    };
 }
 
-#[derive(Debug)]
-struct FaultyStore {
-    inner: Arc<InMemoryStore>,
-    next: Mutex<Option<Fault>>,
-    held: Mutex<Option<HeldPut>>,
-}
-
-impl FaultyStore {
-    fn arm(&self, fault: Fault) {
-        *self.next.lock().unwrap() = Some(fault);
-    }
-
-    /// Applies the held put now: the append lands late.
-    async fn land_held(&self) {
-        let put = self.held.lock().unwrap().take().expect("a held put");
-        self.inner.sequenced_put(&put.partition, &put.prefix, &put.deltas, put.value).await.unwrap();
-    }
-}
-
-#[async_trait]
-impl MetaStore for FaultyStore {
-    async fn get_cmp(&self, p: &str, k: &str, cmp: Comparison) -> MetaResult<Option<Record>> {
-        self.inner.get_cmp(p, k, cmp).await
-    }
-    async fn put(&self, p: &str, k: &str, v: Bytes, c: PutCondition) -> MetaResult<WriteResult> {
-        self.inner.put(p, k, v, c).await
-    }
-    async fn delete(&self, p: &str, k: &str) -> MetaResult<bool> {
-        self.inner.delete(p, k).await
-    }
-    async fn delete_if_version(&self, p: &str, k: &str, version: Version) -> MetaResult<()> {
-        self.inner.delete_if_version(p, k, version).await
-    }
-    async fn delete_range(&self, p: &str, a: &str, b: &str) -> MetaResult<()> {
-        self.inner.delete_range(p, a, b).await
-    }
-    async fn sequenced_put(&self, p: &str, prefix: &str, d: &[u64], v: Bytes) -> MetaResult<WriteResult> {
-        let is_log = p.bytes().all(|b| b.is_ascii_digit());
-        let fault = if is_log { self.next.lock().unwrap().take() } else { None };
-        match fault {
-            None => self.inner.sequenced_put(p, prefix, d, v).await,
-            Some(Fault::LoseAnswer) => {
-                self.inner.sequenced_put(p, prefix, d, v).await?;
-                Err(MetaError::OutcomeUnknown("injected: the answer was lost".into()))
-            }
-            Some(Fault::LandLate) => {
-                let put =
-                    HeldPut { partition: p.into(), prefix: prefix.into(), deltas: d.to_vec(), value: v };
-                *self.held.lock().unwrap() = Some(put);
-                Err(MetaError::OutcomeUnknown("injected: no answer within the request timeout".into()))
-            }
-            Some(Fault::Drop) => Err(MetaError::OutcomeUnknown("injected: the connection broke".into())),
-        }
-    }
-    async fn list(&self, p: &str, a: &str, b: &str) -> MetaResult<Vec<String>> {
-        self.inner.list(p, a, b).await
-    }
-    async fn scan(&self, p: &str, a: &str, b: &str, limit: Option<usize>) -> MetaResult<Vec<Record>> {
-        self.inner.scan(p, a, b, limit).await
-    }
-    async fn open_session(&self, timeout: Duration) -> MetaResult<Arc<dyn Session>> {
-        self.inner.open_session(timeout).await
-    }
+/// Applies the held put now: the append lands late.
+async fn land_held(store: &HookedStore) {
+    let held = store.held();
+    assert_eq!(held.len(), 1, "one held put: {held:?}");
+    store.land(&held[0]).await.unwrap();
 }
 
 /// The claim lapse of these tests: the shortest allowed.
 const LAPSE: Duration = Duration::from_secs(1);
 
-async fn service(dir: &std::path::Path) -> (Service, Arc<FaultyStore>) {
-    let store = Arc::new(FaultyStore {
-        inner: Arc::new(InMemoryStore::new()),
-        next: Mutex::new(None),
-        held: Mutex::new(None),
-    });
+async fn service(dir: &std::path::Path) -> (Service, Arc<HookedStore>) {
+    let store = HookedStore::new(Arc::new(InMemoryStore::new()));
     let mut config = ServiceConfig::dev(dir);
     config.cloudevents.claim_lapse = LAPSE;
     let service = Service::start_with_meta(&config, store.clone()).await.expect("the service starts");
@@ -164,7 +103,7 @@ async fn an_append_whose_answer_was_lost_is_found_in_the_log_and_acknowledged() 
     let api = service.api();
     let caller = api.admit(None, None).unwrap();
     ingest(api, &caller, "a").await.unwrap();
-    store.arm(Fault::LoseAnswer);
+    arm(&store, Fault::LoseAnswer);
     let (status, offset) = ingest(api, &caller, "b").await.expect("found where the append put it");
     assert_eq!((status, offset), (EventStatus::Appended, 1));
     let (status, offset) = ingest(api, &caller, "b").await.unwrap();
@@ -179,14 +118,14 @@ async fn an_append_that_lands_late_is_found_by_the_retry_and_not_appended_twice(
     let (service, store) = service(dir.path()).await;
     let api = service.api();
     let caller = api.admit(None, None).unwrap();
-    store.arm(Fault::LandLate);
+    arm(&store, Fault::LandLate);
     let unknown = ingest(api, &caller, "late").await.unwrap_err();
     assert_eq!(unknown.kind(), ErrorKind::OutcomeUnknown, "{unknown:?}");
     // A retry before the lapse is told to wait: the claim is kept.
     let waiting = ingest(api, &caller, "late").await.unwrap_err();
     assert_eq!(waiting.kind(), ErrorKind::InFlight, "{waiting:?}");
     // The put lands after the request was answered...
-    store.land_held().await;
+    land_held(&store).await;
     past_the_lapse().await;
     // ...and the retry finds it instead of appending the event again.
     let (status, offset) = ingest(api, &caller, "late").await.unwrap();
@@ -203,7 +142,7 @@ async fn an_append_that_never_landed_is_appended_by_the_retry() {
     let api = service.api();
     let caller = api.admit(None, None).unwrap();
     ingest(api, &caller, "first").await.unwrap();
-    store.arm(Fault::Drop);
+    arm(&store, Fault::Drop);
     let unknown = ingest(api, &caller, "lost").await.unwrap_err();
     assert_eq!(unknown.kind(), ErrorKind::OutcomeUnknown, "{unknown:?}");
     assert!(unknown.retry_after_secs().is_some(), "the answer says when to retry");
