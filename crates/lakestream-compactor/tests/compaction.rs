@@ -661,14 +661,14 @@ async fn a_hard_trim_between_the_get_and_the_put_of_c3_leaves_a_record_below_b()
     plan.cumulative_end = plan.records[2].cumulative_end;
     let prepared = c.prepare(&log, &plan).await.unwrap().unwrap();
     w.soft_trim(log.log_id, 2).await.unwrap(); // B = 3
-    s.hooks.arm(common::DeleteAfterGet {
+    let armed = s.delete_after_get(common::DeleteAfterGet {
         trigger_key: prepared.key(),
         partition: "27".into(),
         start: keys::first_key(log.log_id),
         end: keys::covering_lookup_key(log.log_id, 3),
     });
     assert_eq!(c.finish(&claim, &prepared).await.unwrap(), InstallOutcome::Installed);
-    assert!(s.hooks.fired());
+    assert_eq!(armed.fired(), 1);
     let ends: Vec<(u64, FileType)> =
         index_values(&s, log.log_id).await.iter().map(|(k, v, _)| (k.end_offset, v.file_type())).collect();
     assert_eq!(ends, vec![(3, FileType::Parquet), (4, FileType::Raw)], "re-created below B");

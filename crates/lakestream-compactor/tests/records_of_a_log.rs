@@ -10,7 +10,6 @@ use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use async_trait::async_trait;
 use bytes::Bytes;
 use common::{Stack, append_n, log_ref, test_config};
 use lakestream_compactor::no_progress;
@@ -18,8 +17,9 @@ use lakestream_format::entry_index;
 use lakestream_format::file_index::FILE_INDEX_KEY;
 use lakestream_format::keys::{self, IndexKey};
 use lakestream_format::{LogId, LogRef};
+use lakestream_meta::hooked::{Answer, HookedStore, Op as StoreOp};
 use lakestream_meta::lease;
-use lakestream_meta::{Comparison, MetaResult, MetaStore, PutCondition, Record, Session, WriteResult};
+use lakestream_meta::{Comparison, Record};
 
 const AGE: i64 = 10 * 60_000;
 
@@ -34,102 +34,58 @@ struct Op {
     value: Option<Bytes>,
 }
 
-/// A store that records every operation, sessions' ephemeral creates included.
-#[derive(Debug)]
-struct Recorder {
-    inner: Arc<dyn MetaStore>,
-    ops: Arc<Mutex<Vec<Op>>>,
-}
-
-impl Recorder {
-    fn note(
-        &self,
-        kind: &'static str,
-        partition: &str,
-        key: &str,
-        existed: Option<bool>,
-        value: Option<Bytes>,
-    ) {
-        let op = Op { kind, partition: partition.into(), key: key.into(), existed, value };
-        self.ops.lock().unwrap().push(op);
-    }
-
-    async fn exists(&self, partition: &str, key: &str) -> bool {
-        self.inner.get(partition, key).await.unwrap().is_some()
-    }
-}
-
-#[async_trait]
-impl MetaStore for Recorder {
-    async fn get_cmp(&self, p: &str, k: &str, c: Comparison) -> MetaResult<Option<Record>> {
-        self.note(if c == Comparison::Equal { "get" } else { "lookup" }, p, k, None, None);
-        self.inner.get_cmp(p, k, c).await
-    }
-    async fn put(&self, p: &str, k: &str, v: Bytes, c: PutCondition) -> MetaResult<WriteResult> {
-        let existed = self.exists(p, k).await;
-        self.note("put", p, k, Some(existed), Some(v.clone()));
-        self.inner.put(p, k, v, c).await
-    }
-    async fn delete(&self, p: &str, k: &str) -> MetaResult<bool> {
-        self.note("delete", p, k, None, None);
-        self.inner.delete(p, k).await
-    }
-    async fn delete_if_version(&self, p: &str, k: &str, version: lakestream_meta::Version) -> MetaResult<()> {
-        self.note("delete", p, k, None, None);
-        self.inner.delete_if_version(p, k, version).await
-    }
-    async fn delete_range(&self, p: &str, a: &str, b: &str) -> MetaResult<()> {
-        self.note("delete_range", p, a, None, None);
-        self.note("delete_range", p, b, None, None);
-        self.inner.delete_range(p, a, b).await
-    }
-    async fn sequenced_put(&self, p: &str, prefix: &str, d: &[u64], v: Bytes) -> MetaResult<WriteResult> {
-        let written = self.inner.sequenced_put(p, prefix, d, v.clone()).await?;
-        self.note("sequenced_put", p, &written.key, Some(false), Some(v));
-        Ok(written)
-    }
-    async fn list(&self, p: &str, a: &str, b: &str) -> MetaResult<Vec<String>> {
-        self.note("list", p, a, None, None);
-        self.inner.list(p, a, b).await
-    }
-    async fn scan(&self, p: &str, a: &str, b: &str, limit: Option<usize>) -> MetaResult<Vec<Record>> {
-        self.note("scan", p, a, None, None);
-        self.inner.scan(p, a, b, limit).await
-    }
-    async fn open_session(&self, timeout: Duration) -> MetaResult<Arc<dyn Session>> {
-        let inner = self.inner.open_session(timeout).await?;
-        Ok(Arc::new(RecordedSession { inner, ops: self.ops.clone() }))
-    }
-}
-
-#[derive(Debug)]
-struct RecordedSession {
-    inner: Arc<dyn Session>,
-    ops: Arc<Mutex<Vec<Op>>>,
-}
-
-#[async_trait]
-impl Session for RecordedSession {
-    fn id(&self) -> String {
-        self.inner.id()
-    }
-    async fn create_ephemeral(&self, p: &str, k: &str, v: Bytes) -> MetaResult<WriteResult> {
-        let op = Op {
-            kind: "create_ephemeral",
-            partition: p.into(),
-            key: k.into(),
-            existed: None,
-            value: Some(v.clone()),
-        };
-        self.ops.lock().unwrap().push(op);
-        self.inner.create_ephemeral(p, k, v).await
-    }
-    fn ended(&self) -> tokio::sync::watch::Receiver<bool> {
-        self.inner.ended()
-    }
-    async fn close(&self) -> MetaResult<()> {
-        self.inner.close().await
-    }
+/// Records every operation through `hooks`, sessions' ephemeral creates included.
+fn record(hooks: &HookedStore) -> Arc<Mutex<Vec<Op>>> {
+    let ops = Arc::new(Mutex::new(Vec::new()));
+    let noted = ops.clone();
+    let recorded = [
+        StoreOp::Get,
+        StoreOp::Put,
+        StoreOp::Delete,
+        StoreOp::DeleteIfVersion,
+        StoreOp::DeleteRange,
+        StoreOp::SequencedPut,
+        StoreOp::List,
+        StoreOp::Scan,
+        StoreOp::CreateEphemeral,
+    ];
+    hooks.on_any(&recorded).around(move |call, next| {
+        let ops = noted.clone();
+        Box::pin(async move {
+            let note = |kind, key: &str, existed, value| {
+                let op = Op { kind, partition: call.partition.clone(), key: key.into(), existed, value };
+                ops.lock().unwrap().push(op);
+            };
+            let (key, value) = (call.key.as_str(), call.value.clone());
+            match call.op {
+                StoreOp::Get if call.cmp == Some(Comparison::Equal) => note("get", key, None, None),
+                StoreOp::Get => note("lookup", key, None, None),
+                StoreOp::Put => {
+                    let existed = next.inner().get(&call.partition, key).await.unwrap().is_some();
+                    note("put", key, Some(existed), value);
+                }
+                StoreOp::Delete | StoreOp::DeleteIfVersion => note("delete", key, None, None),
+                StoreOp::DeleteRange => {
+                    note("delete_range", key, None, None);
+                    note("delete_range", &call.end, None, None);
+                }
+                StoreOp::SequencedPut => {
+                    // Noted once done, under the key the store derived.
+                    let answer = next.forward().await?;
+                    if let Answer::Written(written) = &answer {
+                        note("sequenced_put", &written.key, Some(false), value);
+                    }
+                    return Ok(answer);
+                }
+                StoreOp::List => note("list", key, None, None),
+                StoreOp::Scan => note("scan", key, None, None),
+                StoreOp::CreateEphemeral => note("create_ephemeral", key, None, value),
+                _ => {}
+            }
+            next.forward().await
+        })
+    });
+    ops
 }
 
 const LOGS: [u64; 3] = [5, 50, 500];
@@ -137,9 +93,8 @@ const LOGS: [u64; 3] = [5, 50, 500];
 /// Appends, soft trims, compactions, hard trims, leases and a fence over [`LOGS`]; answers
 /// every operation made, in order.
 async fn workload() -> (Stack, Vec<Op>) {
-    let mut s = Stack::new();
-    let ops = Arc::new(Mutex::new(Vec::new()));
-    s.meta = Arc::new(Recorder { inner: s.meta.clone(), ops: ops.clone() });
+    let s = Stack::new();
+    let ops = record(&s.hooks);
     let w = s.writer(128);
     let c = s.compactor(test_config(), 128);
     let logs: Vec<LogRef> = LOGS.iter().map(|&l| log_ref(l)).collect();

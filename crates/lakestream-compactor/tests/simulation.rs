@@ -9,11 +9,11 @@
 //! session expiry while leases are held, collection passes and clock jumps. After **every**
 //! step it checks the properties of addendum §13.2 (see [`check`]) plus reclamation safety.
 //!
-//! Runs: `LAKESTREAM_SIM_RUNS` seeds (default 150, about 40 s in a debug build on 2 busy cores) from
-//! `LAKESTREAM_SIM_BASE_SEED` (default 0); `LAKESTREAM_SIM_STEPS` steps each (default 150).
-//! A failing seed is printed with its trace tail and replays with
-//! `LAKESTREAM_SIM_SEED=<seed> cargo test -p lakestream-compactor --test simulation`.
-//! Longer runs: `LAKESTREAM_SIM_RUNS=2000 cargo test --release -p lakestream-compactor --test simulation`.
+//! Runs: `LAKESTREAM_TEST_SEEDS` seeds (default 150, about 40 s in a debug build on 2 busy
+//! cores) from 0; `LAKESTREAM_SIM_STEPS` steps each (default 150). A failing seed is printed
+//! with its trace tail and replays with
+//! `LAKESTREAM_TEST_SEED=<seed> cargo test -p lakestream-compactor --test simulation`.
+//! Longer runs: `LAKESTREAM_TEST_SEEDS=2000 cargo test --release -p lakestream-compactor --test simulation`.
 
 mod common;
 
@@ -31,27 +31,12 @@ use lakestream_format::keys::{self, IndexKey};
 use lakestream_format::{Clock, Entry, FileType, LogId, LogRef, Offset};
 use lakestream_meta::MetaStore;
 use lakestream_meta::lease::{self, DrainConfig, DrainOutcome, WriteLease};
+use lakestream_meta::test_rng::{Seed, TestRng, sweep};
 use lakestream_reader::Reader;
 use lakestream_writer::{AppendError, Writer};
 
 const LOGS: u64 = 3;
 const GRACE_MS: i64 = 20 * 60_000;
-
-/// SplitMix64: small and deterministic.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n.max(1)
-    }
-}
 
 fn sim_config() -> CompactorConfig {
     CompactorConfig {
@@ -100,7 +85,7 @@ struct Memory {
 
 struct Sim {
     seed: u64,
-    rng: Rng,
+    rng: TestRng,
     stack: Stack,
     writers: Vec<Writer>,
     compactor: Compactor,
@@ -126,7 +111,7 @@ impl Sim {
         let reader = stack.reader();
         Sim {
             seed,
-            rng: Rng(seed),
+            rng: TestRng::new(seed),
             stack,
             writers,
             compactor,
@@ -436,14 +421,14 @@ impl Sim {
         let last = log_state(self.stack.meta.as_ref(), log).await.records.last().map(|r| r.1);
         match trimmed {
             Ok(t) if t.marker >= e && next > e && last.is_some_and(|start| start >= e) => {
-                self.stack.hooks.arm(common::DeleteAfterGet {
+                let armed = self.stack.delete_after_get(common::DeleteAfterGet {
                     trigger_key: key,
                     partition: keys::partition(log),
                     start: keys::first_key(log),
                     end: keys::covering_lookup_key(log, e),
                 });
                 let outcome = self.continue_op(i).await;
-                format!("hard trim to {e} inside C3 (fired {}): {outcome}", self.stack.hooks.fired())
+                format!("hard trim to {e} inside C3 (fired {}): {outcome}", armed.fired() > 0)
             }
             Ok(t) => format!("hard trim inside C3: B = {} does not cover [.., {e})", t.marker),
             Err(err) => format!("hard trim inside C3: soft trim: {err}"),
@@ -821,15 +806,10 @@ fn env_u64(name: &str, default: u64) -> u64 {
 #[test]
 fn simulation_keeps_every_protocol_property() {
     let steps = env_u64("LAKESTREAM_SIM_STEPS", 150) as usize;
-    let seeds: Vec<u64> = match std::env::var("LAKESTREAM_SIM_SEED") {
-        Ok(seed) => vec![seed.parse().expect("LAKESTREAM_SIM_SEED must be a number")],
-        Err(_) => {
-            let base = env_u64("LAKESTREAM_SIM_BASE_SEED", 0);
-            (base..base + env_u64("LAKESTREAM_SIM_RUNS", 150)).collect()
-        }
-    };
+    let seeds = sweep("simulation", 0..150);
     let replay = seeds.len() == 1;
     for seed in seeds {
+        let _replay = Seed::of("simulation", seed);
         match runtime().block_on(run(seed, steps)) {
             Ok(trace) => {
                 if replay {
@@ -840,7 +820,7 @@ fn simulation_keeps_every_protocol_property() {
                 let tail = trace[trace.len().saturating_sub(25)..].join("\n");
                 panic!(
                     "seed {seed} violated a property: {violation}\nlast steps:\n{tail}\n\
-                     replay: LAKESTREAM_SIM_SEED={seed} cargo test -p lakestream-compactor --test simulation -- --nocapture"
+                     replay: LAKESTREAM_TEST_SEED={seed} cargo test -p lakestream-compactor --test simulation -- --nocapture"
                 );
             }
         }

@@ -11,10 +11,9 @@ use bytes::Bytes;
 use futures::stream::BoxStream;
 use lakestream_compactor::{Compactor, CompactorConfig, CompactorDeps};
 use lakestream_format::{Clock, Entry, LogId, LogRef, ManualClock};
+use lakestream_meta::hooked::{Call, Hook, HookedStore, Op};
 use lakestream_meta::lease::SeededTokens;
-use lakestream_meta::{
-    Comparison, InMemoryStore, MetaResult, MetaStore, PutCondition, Record, Session, WriteResult,
-};
+use lakestream_meta::{Comparison, InMemoryStore, MetaError, MetaStore};
 use lakestream_objstore::{
     ByteRange, InMemoryStore as MemObjects, ObjectMeta, ObjectPath, ObjectPrefix, ObjectResult, ObjectStore,
     WriteOnce,
@@ -28,7 +27,10 @@ pub const START_MS: i64 = 1_796_000_000_000;
 pub struct Stack {
     pub clock: ManualClock,
     pub mem: InMemoryStore,
-    pub hooks: Arc<HookedMeta>,
+    /// The metadata store the roles use: `mem` behind hooks.
+    pub hooks: Arc<HookedStore>,
+    /// The hook [`Stack::delete_after_get`] armed last (arming another replaces it).
+    armed: Mutex<Option<Hook>>,
     pub meta: Arc<dyn MetaStore>,
     pub wal: Arc<dyn ObjectStore>,
     pub compacted: Arc<dyn ObjectStore>,
@@ -39,11 +41,12 @@ impl Stack {
         let clock = ManualClock::new(START_MS);
         let shared: Arc<dyn Clock> = Arc::new(clock.clone());
         let mem = InMemoryStore::with_config(2, shared.clone()).unwrap();
-        let hooks = Arc::new(HookedMeta { inner: mem.clone(), armed: Mutex::new(None) });
+        let hooks = HookedStore::new(Arc::new(mem.clone()));
         Stack {
             clock,
             meta: hooks.clone(),
             hooks,
+            armed: Mutex::new(None),
             mem,
             wal: Arc::new(MemObjects::new(shared.clone())),
             compacted: Arc::new(MemObjects::new(shared)),
@@ -131,14 +134,8 @@ pub async fn object_names(store: &Arc<dyn ObjectStore>) -> Vec<String> {
     listed.into_iter().map(|m| m.unwrap().path.to_string()).collect()
 }
 
-/// A metadata store that can run one `DeleteRange` right after a `Get` of a given key: a hard
-/// trim (or a log deletion) landing between the Get and the Put of step C3.
-#[derive(Debug)]
-pub struct HookedMeta {
-    inner: InMemoryStore,
-    armed: Mutex<Option<DeleteAfterGet>>,
-}
-
+/// One `DeleteRange` to run right after a `Get` of a given key ([`Stack::delete_after_get`]):
+/// a hard trim (or a log deletion) landing between the Get and the Put of step C3.
 #[derive(Debug, Clone)]
 pub struct DeleteAfterGet {
     pub trigger_key: String,
@@ -147,56 +144,25 @@ pub struct DeleteAfterGet {
     pub end: String,
 }
 
-impl HookedMeta {
-    pub fn arm(&self, hook: DeleteAfterGet) {
-        *self.armed.lock().unwrap() = Some(hook);
-    }
-
-    /// Whether the armed hook has fired (or none was armed).
-    pub fn fired(&self) -> bool {
-        self.armed.lock().unwrap().is_none()
-    }
-}
-
-#[async_trait]
-impl MetaStore for HookedMeta {
-    async fn get_cmp(&self, p: &str, k: &str, c: Comparison) -> MetaResult<Option<Record>> {
-        let result = self.inner.get_cmp(p, k, c).await;
-        let hook = {
-            let mut armed = self.armed.lock().unwrap();
-            match armed.as_ref() {
-                Some(h) if c == Comparison::Equal && h.trigger_key == k => armed.take(),
-                _ => None,
-            }
-        };
-        if let Some(h) = hook {
-            self.inner.delete_range(&h.partition, &h.start, &h.end).await?;
+impl Stack {
+    /// Runs `hook`'s `DeleteRange` right after the next `Get` of its key, instead of any
+    /// armed before; the answered hook tells whether it fired.
+    pub fn delete_after_get(&self, hook: DeleteAfterGet) -> Hook {
+        let DeleteAfterGet { trigger_key, partition, start, end } = hook;
+        let armed = self
+            .hooks
+            .on(Op::Get)
+            .key(trigger_key)
+            .when(|call| call.cmp == Some(Comparison::Equal))
+            .once()
+            .run_after(move |inner, _| {
+                let (partition, start, end) = (partition.clone(), start.clone(), end.clone());
+                async move { inner.delete_range(&partition, &start, &end).await }
+            });
+        if let Some(earlier) = self.armed.lock().unwrap().replace(armed.clone()) {
+            earlier.remove();
         }
-        result
-    }
-    async fn put(&self, p: &str, k: &str, v: Bytes, c: PutCondition) -> MetaResult<WriteResult> {
-        self.inner.put(p, k, v, c).await
-    }
-    async fn delete(&self, p: &str, k: &str) -> MetaResult<bool> {
-        self.inner.delete(p, k).await
-    }
-    async fn delete_if_version(&self, p: &str, k: &str, version: lakestream_meta::Version) -> MetaResult<()> {
-        self.inner.delete_if_version(p, k, version).await
-    }
-    async fn delete_range(&self, p: &str, a: &str, b: &str) -> MetaResult<()> {
-        self.inner.delete_range(p, a, b).await
-    }
-    async fn sequenced_put(&self, p: &str, prefix: &str, d: &[u64], v: Bytes) -> MetaResult<WriteResult> {
-        self.inner.sequenced_put(p, prefix, d, v).await
-    }
-    async fn list(&self, p: &str, a: &str, b: &str) -> MetaResult<Vec<String>> {
-        self.inner.list(p, a, b).await
-    }
-    async fn scan(&self, p: &str, a: &str, b: &str, limit: Option<usize>) -> MetaResult<Vec<Record>> {
-        self.inner.scan(p, a, b, limit).await
-    }
-    async fn open_session(&self, timeout: Duration) -> MetaResult<Arc<dyn Session>> {
-        self.inner.open_session(timeout).await
+        armed
     }
 }
 
@@ -312,120 +278,78 @@ impl OpLog {
     }
 }
 
-/// A metadata store that logs every operation to an [`OpLog`], sessions' ephemeral creates
-/// included.
-#[derive(Debug)]
-pub struct RecordingMeta {
-    pub inner: Arc<dyn MetaStore>,
-    pub log: Arc<OpLog>,
+/// `leases=N` for a log partition (a decimal name), nothing for other partitions.
+async fn leases(inner: &dyn MetaStore, partition: &str) -> String {
+    match partition.parse::<u64>() {
+        Ok(id) => {
+            let n = lakestream_meta::lease::list_leases(inner, LogId(id))
+                .await
+                .map(|l| l.len().to_string())
+                .unwrap_or_else(|e| format!("error {e}"));
+            format!(" leases={n}")
+        }
+        Err(_) => String::new(),
+    }
 }
 
-impl RecordingMeta {
-    /// `leases=N` for a log partition (a decimal name), nothing for other partitions.
-    async fn leases(&self, partition: &str) -> String {
-        match partition.parse::<u64>() {
-            Ok(id) => {
-                let n = lakestream_meta::lease::list_leases(self.inner.as_ref(), LogId(id))
-                    .await
-                    .map(|l| l.len().to_string())
-                    .unwrap_or_else(|e| format!("error {e}"));
-                format!(" leases={n}")
-            }
-            Err(_) => String::new(),
+/// A metadata operation as the [`OpLog`] writes it.
+async fn describe(inner: &dyn MetaStore, call: &Call) -> String {
+    let (p, k, end) = (&call.partition, &call.key, &call.end);
+    match call.op {
+        Op::Get => format!("meta.get {p} {k} {:?}", call.cmp.unwrap_or(Comparison::Equal)),
+        Op::Put => format!("meta.put {p} {k}{}", leases(inner, p).await),
+        Op::Delete => format!("meta.delete {p} {k}{}", leases(inner, p).await),
+        Op::DeleteIfVersion => {
+            let version = call.version.unwrap_or_default();
+            format!("meta.delete_if_version {p} {k} {version}{}", leases(inner, p).await)
         }
+        Op::DeleteRange => format!("meta.delete_range {p} {k}..{end}{}", leases(inner, p).await),
+        Op::SequencedPut => format!("meta.sequenced_put {p} {k}"),
+        Op::List => format!("meta.list {p} {k}..{end}"),
+        Op::Scan => format!("meta.scan {p} {k}..{end}"),
+        Op::OpenSession => "meta.open_session".to_owned(),
+        other => format!("meta.{other:?} {p} {k}"),
     }
+}
 
-    async fn record<T>(
-        &self,
-        op: String,
-        call: impl std::future::Future<Output = MetaResult<T>>,
-    ) -> MetaResult<T> {
-        if self.log.fails(&op) {
-            self.log.push(format!("{op} FAILED"));
-            return Err(lakestream_meta::MetaError::Unavailable(format!("injected failure of {op}")));
-        }
-        if let Some(lands) = self.log.unknown(&op) {
-            let unknown = lakestream_meta::MetaError::OutcomeUnknown(format!("injected: no answer to {op}"));
-            if !lands {
-                self.log.push(format!("{op} HELD"));
+/// Logs every metadata operation through `hooks` to `log` (sessions' ephemeral creates
+/// included), failing or losing the answer of the ones `log` was told to.
+fn record(hooks: &HookedStore, log: Arc<OpLog>) {
+    let ops = log.clone();
+    hooks.on_any(&Op::STORE).around(move |call, next| {
+        let log = ops.clone();
+        Box::pin(async move {
+            let op = describe(next.inner().as_ref(), &call).await;
+            if log.fails(&op) {
+                log.push(format!("{op} FAILED"));
+                return Err(MetaError::Unavailable(format!("injected failure of {op}")));
+            }
+            if let Some(lands) = log.unknown(&op) {
+                let unknown = MetaError::OutcomeUnknown(format!("injected: no answer to {op}"));
+                if !lands {
+                    log.push(format!("{op} HELD"));
+                    return Err(unknown);
+                }
+                log.push(format!("{op} ANSWER LOST"));
+                next.forward().await?;
                 return Err(unknown);
             }
-            self.log.push(format!("{op} ANSWER LOST"));
-            call.await?;
-            return Err(unknown);
-        }
-        self.log.push(op.clone());
-        let result = call.await;
-        self.log.done(&op);
-        result
-    }
-}
-
-#[async_trait]
-impl MetaStore for RecordingMeta {
-    async fn get_cmp(&self, p: &str, k: &str, c: Comparison) -> MetaResult<Option<Record>> {
-        self.record(format!("meta.get {p} {k} {c:?}"), self.inner.get_cmp(p, k, c)).await
-    }
-    async fn put(&self, p: &str, k: &str, v: Bytes, c: PutCondition) -> MetaResult<WriteResult> {
-        let leases = self.leases(p).await;
-        self.record(format!("meta.put {p} {k}{leases}"), self.inner.put(p, k, v, c)).await
-    }
-    async fn delete(&self, p: &str, k: &str) -> MetaResult<bool> {
-        let leases = self.leases(p).await;
-        self.record(format!("meta.delete {p} {k}{leases}"), self.inner.delete(p, k)).await
-    }
-    async fn delete_if_version(&self, p: &str, k: &str, version: lakestream_meta::Version) -> MetaResult<()> {
-        let leases = self.leases(p).await;
-        self.record(
-            format!("meta.delete_if_version {p} {k} {version}{leases}"),
-            self.inner.delete_if_version(p, k, version),
-        )
-        .await
-    }
-    async fn delete_range(&self, p: &str, a: &str, b: &str) -> MetaResult<()> {
-        let leases = self.leases(p).await;
-        self.record(format!("meta.delete_range {p} {a}..{b}{leases}"), self.inner.delete_range(p, a, b)).await
-    }
-    async fn sequenced_put(&self, p: &str, prefix: &str, d: &[u64], v: Bytes) -> MetaResult<WriteResult> {
-        self.record(format!("meta.sequenced_put {p} {prefix}"), self.inner.sequenced_put(p, prefix, d, v))
-            .await
-    }
-    async fn list(&self, p: &str, a: &str, b: &str) -> MetaResult<Vec<String>> {
-        self.record(format!("meta.list {p} {a}..{b}"), self.inner.list(p, a, b)).await
-    }
-    async fn scan(&self, p: &str, a: &str, b: &str, limit: Option<usize>) -> MetaResult<Vec<Record>> {
-        self.record(format!("meta.scan {p} {a}..{b}"), self.inner.scan(p, a, b, limit)).await
-    }
-    async fn open_session(&self, timeout: Duration) -> MetaResult<Arc<dyn Session>> {
-        let inner = self.record("meta.open_session".into(), self.inner.open_session(timeout)).await?;
-        Ok(Arc::new(RecordingSession { inner, log: self.log.clone() }))
-    }
-}
-
-#[derive(Debug)]
-struct RecordingSession {
-    inner: Arc<dyn Session>,
-    log: Arc<OpLog>,
-}
-
-#[async_trait]
-impl Session for RecordingSession {
-    fn id(&self) -> String {
-        self.inner.id()
-    }
-    async fn create_ephemeral(&self, partition: &str, key: &str, value: Bytes) -> MetaResult<WriteResult> {
-        let op = format!("session.create_ephemeral {partition} {key}");
-        self.log.push(op.clone());
-        let result = self.inner.create_ephemeral(partition, key, value).await;
-        self.log.done(&op);
-        result
-    }
-    fn ended(&self) -> tokio::sync::watch::Receiver<bool> {
-        self.inner.ended()
-    }
-    async fn close(&self) -> MetaResult<()> {
-        self.inner.close().await
-    }
+            log.push(op.clone());
+            let answer = next.forward().await;
+            log.done(&op);
+            answer
+        })
+    });
+    hooks.on(Op::CreateEphemeral).around(move |call, next| {
+        let log = log.clone();
+        Box::pin(async move {
+            let op = format!("session.create_ephemeral {} {}", call.partition, call.key);
+            log.push(op.clone());
+            let answer = next.forward().await;
+            log.done(&op);
+            answer
+        })
+    });
 }
 
 /// An object store that logs its writes and deletes to an [`OpLog`] under the root's name.
@@ -487,7 +411,7 @@ impl Stack {
     pub fn recorded() -> (Stack, Arc<OpLog>) {
         let mut s = Stack::new();
         let log = Arc::new(OpLog::default());
-        s.meta = Arc::new(RecordingMeta { inner: s.meta.clone(), log: log.clone() });
+        record(&s.hooks, log.clone());
         s.compacted =
             Arc::new(RecordingObjects { root: "compacted", inner: s.compacted.clone(), log: log.clone() });
         (s, log)
