@@ -15,7 +15,7 @@
 //! | `LAKESTREAM_LINCHECK_BIN` | the linearizability checker (default: built from `tests/lincheck` with `go build`) |
 //! | `LAKESTREAM_E2E_HISTORY_DIR` | also keep each recorded history there |
 //! | `LAKESTREAM_E2E_KILLS` | how many kill -9 rounds the crash suite runs |
-//! | `LAKESTREAM_E2E_SEED` | replay a seed (kill points, reset decisions) |
+//! | `LAKESTREAM_TEST_SEED` | replay a seed (kill points, reset decisions) |
 
 use std::net::ToSocketAddrs;
 use std::time::Duration;

@@ -161,7 +161,7 @@ async fn trimmer(
     seed: u64,
 ) {
     let client = history.client();
-    let mut rng = Rng::new(seed ^ 0x7121_3000);
+    let rng = Rng::new(seed ^ 0x7121_3000);
     while !*stop.borrow() {
         tokio::time::sleep(Duration::from_millis(rng.between(500, 1500))).await;
         let p = rng.between(0, u64::from(w.partitions) - 1) as u32;

@@ -64,7 +64,7 @@ impl FaultProxy {
         let enabled = Arc::new(AtomicBool::new(true));
         let (s, on) = (stats.clone(), enabled.clone());
         let task = tokio::spawn(async move {
-            let mut rng = Rng::new(config.seed);
+            let rng = Rng::new(config.seed);
             loop {
                 let Ok((client, _)) = listener.accept().await else { continue };
                 s.connections.fetch_add(1, Ordering::Relaxed);

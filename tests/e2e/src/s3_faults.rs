@@ -156,7 +156,7 @@ impl Shared {
         if !self.enabled.load(Ordering::Relaxed) {
             return Decision::Forward;
         }
-        let mut rng = self.rng.lock().unwrap_or_else(|e| e.into_inner());
+        let rng = self.rng.lock().unwrap_or_else(|e| e.into_inner());
         if rng.chance(self.config.slow_down) {
             return Decision::SlowDown;
         }

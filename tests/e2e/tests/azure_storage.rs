@@ -37,7 +37,7 @@ async fn objects_under(run: &str, root: &str) -> Vec<String> {
 async fn serve_on_azure_blob_round_trips_and_compacts() {
     let azure = AzureEnv::from_env().unwrap_or_else(|e| panic!("{e}"));
     let seed = common::seed("azure_storage");
-    let mut rng = Rng::new(seed);
+    let rng = Rng::new(seed);
     let stream = format!("azure-{seed:x}");
     let run = common::run_id("azure_storage", seed);
     let dir = common::workdir("azure_storage");
@@ -52,7 +52,7 @@ async fn serve_on_azure_blob_round_trips_and_compacts() {
     .await;
     let api = Api::new(&service.url(), Duration::from_secs(30));
     let logs = api.create_stream(NS, &stream, PARTITIONS).await.unwrap_or_else(|e| panic!("{e}"));
-    let acked = common::produce_varied(&api, NS, &stream, PARTITIONS, &mut rng).await;
+    let acked = common::produce_varied(&api, NS, &stream, PARTITIONS, &rng).await;
     let before = common::read_partitions(&api, NS, &stream, PARTITIONS, Duration::from_secs(30)).await;
     assert_eq!(before.values().map(Vec::len).sum::<usize>(), acked, "every acknowledged entry reads back");
 

@@ -25,7 +25,7 @@ use lakestream_e2e::rng::Rng;
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kill_9_under_load_loses_no_acknowledged_entry() {
     let seed = common::seed("crash");
-    let mut rng = Rng::new(seed);
+    let rng = Rng::new(seed);
     let kills = env::number("LAKESTREAM_E2E_KILLS", 5).unwrap_or_else(|e| panic!("{e}"));
     // Nightly: 10 minutes of kills.
     let soak = (std::env::var("LAKESTREAM_SOAK_SECS").is_ok() || env::nightly()).then(|| {

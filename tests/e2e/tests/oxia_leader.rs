@@ -46,7 +46,7 @@ fn busiest_leader(cluster: &OxiaCluster, logs: &[u64]) -> (usize, ShardId) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_oxia_leader_of_the_streams_shard_killed_under_load() {
     let seed = common::seed("oxia_leader");
-    let mut rng = Rng::new(seed);
+    let rng = Rng::new(seed);
     let length = env::fault_run_length(Duration::from_secs(12), Duration::from_secs(300))
         .unwrap_or_else(|e| panic!("{e}"));
     let mut cluster = OxiaCluster::start().await;

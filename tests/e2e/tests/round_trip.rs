@@ -18,7 +18,7 @@ use lakestream_e2e::rng::Rng;
 const NS: &str = "default";
 const PARTITIONS: u32 = 3;
 
-async fn produce(api: &Api, stream: &str, rng: &mut Rng) -> usize {
+async fn produce(api: &Api, stream: &str, rng: &Rng) -> usize {
     common::produce_varied(api, NS, stream, PARTITIONS, rng).await
 }
 
@@ -29,14 +29,14 @@ async fn consume(api: &Api, stream: &str) -> BTreeMap<u32, Vec<Entry>> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn produce_consume_compact_consume_again_identical() {
     let seed = common::seed("round_trip");
-    let mut rng = Rng::new(seed);
+    let rng = Rng::new(seed);
     let stream = format!("round-trip-{seed:x}");
     if let Some(external) = env::external().unwrap_or_else(|e| panic!("{e}")) {
         // An external stack: its compactor runs on its own schedule; give it the time.
         let writer = Api::new(&external.http, Duration::from_secs(30));
         let reader = Api::new(&external.read_http, Duration::from_secs(30));
         writer.create_stream(NS, &stream, PARTITIONS).await.unwrap_or_else(|e| panic!("{e}"));
-        let acked = produce(&writer, &stream, &mut rng).await;
+        let acked = produce(&writer, &stream, &rng).await;
         let before = consume(&reader, &stream).await;
         assert_eq!(before.values().map(Vec::len).sum::<usize>(), acked);
         println!("external stack: waiting {:?} for its compactor", external.compact_wait);
@@ -57,7 +57,7 @@ async fn produce_consume_compact_consume_again_identical() {
     .await;
     let api = Api::new(&service.url(), Duration::from_secs(30));
     let logs = api.create_stream(NS, &stream, PARTITIONS).await.unwrap_or_else(|e| panic!("{e}"));
-    let acked = produce(&api, &stream, &mut rng).await;
+    let acked = produce(&api, &stream, &rng).await;
     let before = consume(&api, &stream).await;
     assert_eq!(before.values().map(Vec::len).sum::<usize>(), acked, "every acknowledged entry reads back");
 

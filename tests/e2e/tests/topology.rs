@@ -45,7 +45,7 @@ async fn start(
 /// The whole scenario against an Oxia server at `oxia` and the S3 server `s3`.
 async fn separate_processes(oxia: &str, s3: S3Env, suite: &str) {
     let seed = common::seed(suite);
-    let mut rng = Rng::new(seed);
+    let rng = Rng::new(seed);
     let dir = common::workdir(suite);
     // Oxia keeps its state across runs: every run has its own S3 prefix and stream names.
     let prefix = common::run_id(suite, seed);
@@ -70,7 +70,7 @@ async fn separate_processes(oxia: &str, s3: S3Env, suite: &str) {
     let logs = catalog.create_stream(NS, &stream, 3).await.unwrap_or_else(|e| panic!("{e}"));
     let mut acked = 0;
     for w in &writers {
-        acked += common::produce_varied(w, NS, &stream, 3, &mut rng).await;
+        acked += common::produce_varied(w, NS, &stream, 3, &rng).await;
     }
     let before = common::read_partitions(&r, NS, &stream, 3, Duration::from_secs(30)).await;
     assert_eq!(

@@ -13,23 +13,13 @@ use lakestream_e2e::env::S3Env;
 use lakestream_e2e::history::History;
 use lakestream_e2e::lin::{self, Observers, Verdict, Watched};
 use lakestream_e2e::process::{Service, free_port};
-use lakestream_e2e::rng::Rng;
+use lakestream_e2e::rng::{Rng, Seed};
 use tokio::sync::watch;
 
-/// The run's seed: `LAKESTREAM_E2E_SEED`, else fresh; printed so a failure can be replayed as
+/// The run's seed: `LAKESTREAM_TEST_SEED`, else fresh; printed so a failure can be replayed as
 /// far as process timing allows.
-#[allow(clippy::disallowed_methods)] // tests may read the clock for a fresh seed
 pub fn seed(suite: &str) -> u64 {
-    let seed = match std::env::var("LAKESTREAM_E2E_SEED") {
-        Ok(v) => v.parse().unwrap_or_else(|e| panic!("LAKESTREAM_E2E_SEED={v:?}: {e}")),
-        Err(_) => {
-            let nanos =
-                std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
-            nanos.as_nanos() as u64 ^ u64::from(std::process::id())
-        }
-    };
-    println!("{suite}: seed {seed} (replay with LAKESTREAM_E2E_SEED={seed})");
-    seed
+    Seed::fresh(suite).value()
 }
 
 /// A working directory for the suite's processes (configuration, metadata, logs); kept, and
@@ -86,7 +76,7 @@ pub async fn read_partitions(
 
 /// Appends a few hundred entries of varied sizes (1 B to 3 KB) and record counts (1 to 4) in
 /// batches of 5 to each partition; every one must be acknowledged. Returns how many.
-pub async fn produce_varied(api: &Api, ns: &str, stream: &str, partitions: u32, rng: &mut Rng) -> usize {
+pub async fn produce_varied(api: &Api, ns: &str, stream: &str, partitions: u32, rng: &Rng) -> usize {
     let mut acked = 0;
     for round in 0..20u32 {
         for p in 0..partitions {
