@@ -13,6 +13,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use bytes::Bytes;
 use futures::stream::{self, BoxStream, StreamExt};
+use lakestream_format::retry::Jitter;
 
 use crate::error::{ObjectResult, ObjectStoreError};
 use crate::path::{ObjectPath, ObjectPrefix};
@@ -137,29 +138,11 @@ pub struct InjectedFault {
     pub kind: FaultKind,
 }
 
-/// SplitMix64: tiny, seedable, and good enough to spread fault decisions.
-#[derive(Debug)]
-struct SplitMix64(u64);
-
-impl SplitMix64 {
-    fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    /// A uniform value in [0, 1) from the top 53 bits.
-    fn next_unit(&mut self) -> f64 {
-        (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64
-    }
-}
-
 #[derive(Debug)]
 struct State {
     config: FaultConfig,
-    generator: SplitMix64,
+    /// The project's seeded generator (SplitMix64).
+    generator: Jitter,
     calls: u64,
     injected: Vec<InjectedFault>,
 }
@@ -181,7 +164,7 @@ enum Decision {
 impl FaultyStore {
     /// Wraps `inner`.
     pub fn new(inner: Arc<dyn ObjectStore>, config: FaultConfig) -> Self {
-        let generator = SplitMix64(config.seed);
+        let generator = Jitter::seeded(config.seed);
         FaultyStore {
             inner,
             state: Arc::new(Mutex::new(State { config, generator, calls: 0, injected: Vec::new() })),

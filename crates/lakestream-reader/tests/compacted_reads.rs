@@ -13,6 +13,7 @@ use lakestream_format::entry_index::{EntryIndex, ParquetRange};
 use lakestream_format::file_index::{FileIndex, FileIndexEntry};
 use lakestream_format::keys;
 use lakestream_format::{LogId, LogRef};
+use lakestream_meta::test_rng::TestRng;
 use lakestream_meta::{InMemoryStore, MetaStore, PutCondition};
 use lakestream_objstore::{
     CountingStore, Counts, FaultConfig, FaultyStore, LocalFsStore, ObjectPath, ObjectRoot, ObjectStore,
@@ -26,15 +27,7 @@ const ROW_GROUP: usize = 2 << 20; // 32 entries
 
 /// Entry `i`'s payload: distinct, incompressible.
 fn payload(i: u64) -> Bytes {
-    let mut x = i.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    (0..ENTRY)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
+    Bytes::from(TestRng::new(i).bytes(ENTRY))
 }
 
 struct Compacted {
