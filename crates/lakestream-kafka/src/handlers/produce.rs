@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use bytes::{Bytes, BytesMut};
 use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::*;
-use lakestream_format::kafka::NAMESPACE;
+use lakestream_format::kafka::{self, NAMESPACE};
 use lakestream_service::api::{ApiError, ApiResult, ErrorKind, PartitionRef, ProduceInput, ProduceOptions};
 use lakestream_service::auth::Permission;
 use tokio::sync::oneshot;
@@ -127,9 +127,11 @@ impl Handler {
                 let _ = q.reply.send(Err((ResponseError::InvalidRecord.code(), "no record batches".into())));
                 continue;
             };
-            let checked = lakestream_format::kafka::count_records(&records)
+            // One validation of the batches gives their record count and their producer.
+            let checked = kafka::payload_batches(&records)
+                .and_then(|batches| Ok((kafka::record_count(&batches)?, batches)))
                 .map_err(|e| format!("not valid Kafka record batches: {e}"))
-                .and_then(|count| Ok((count, idempotence::producer_of(&records)?)));
+                .and_then(|(count, batches)| Ok((count, idempotence::producer_of(&batches)?)));
             let (count, producer) = match checked {
                 Ok(checked) => checked,
                 Err(message) => {
