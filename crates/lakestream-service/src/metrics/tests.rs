@@ -363,3 +363,26 @@ fn label_values_are_escaped_so_a_scrape_with_any_stream_name_parses() {
     assert!(out.contains(r#"stream="a\"b\\c""#), "{out}");
     assert!(out.contains(r#"stream="line\nbreak""#), "{out}");
 }
+
+#[test]
+fn a_log_seen_under_new_labels_keeps_one_series() {
+    let m = Metrics::default();
+    let backlog = |log_id| lakestream_compactor::Backlog {
+        log_id,
+        trim_marker: 0,
+        open_payload_bytes: 5,
+        oldest_open_entry_ms: None,
+    };
+    for stream in ["before", "after"] {
+        let log = lakestream_format::LogRef {
+            log_id: lakestream_format::LogId(7),
+            namespace: "default".into(),
+            stream: stream.into(),
+        };
+        m.compaction.record_backlog(&log, backlog(log.log_id), 0);
+    }
+    let out = m.render();
+    let series: Vec<&str> =
+        out.lines().filter(|l| l.starts_with("lakestream_compaction_lag_bytes{")).collect();
+    assert_eq!(series, [r#"lakestream_compaction_lag_bytes{namespace="default",stream="after",log="7"} 5"#]);
+}
