@@ -18,7 +18,11 @@
 //! extensions and data classified by its content type.
 //!
 //! An entry is ONE magic-2 record batch (base offset 0, uncompressed, CRC-32C) with one record
-//! per event, which `lakestream_format::kafka::count_records` accepts.
+//! per event, which `lakestream_format::kafka::count_records` accepts; batches are written and
+//! read with the format's record-batch view (`lakestream_format::kafka::RecordBatch`).
+
+use lakestream_format::FormatError;
+use lakestream_format::kafka::{self, PayloadBatch, RecordBatchBuilder};
 
 use crate::error::{CeError, Result};
 use crate::event::{AttrType, Attribute, CloudEvent, Data, core_type};
@@ -33,11 +37,6 @@ pub const CONTENT_TYPE_HEADER: &str = "content-type";
 pub const TYPES_HEADER: &str = "lakestream_ce_types";
 
 const BATCH: &str = "Kafka record batch";
-/// Bytes of a magic-2 batch header before its records.
-const BATCH_HEADER_LEN: usize = 61;
-/// Position of the CRC-32C field; the checksum covers everything after it.
-const CRC_POS: usize = 17;
-const CRC_COVERS_FROM: usize = 21;
 
 /// One Kafka record, as the binding lays out an event.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -156,167 +155,52 @@ pub fn decode_events(payload: &[u8]) -> Result<Vec<CloudEvent>> {
     decode_record_batches(payload)?.iter().map(record_to_event).collect()
 }
 
-/// Builds one uncompressed magic-2 record batch with base offset 0.
+/// Builds one uncompressed magic-2 record batch with base offset 0 (with
+/// [`lakestream_format::kafka::RecordBatchBuilder`]).
 pub fn encode_record_batch(records: &[Record]) -> Result<Vec<u8>> {
-    let (Some(first), Some(max_timestamp)) = (records.first(), records.iter().map(|r| r.timestamp_ms).max())
-    else {
-        return Err(CeError::malformed(BATCH, "a record batch needs at least one record"));
-    };
-    let count = i32::try_from(records.len())
-        .map_err(|_| CeError::malformed(BATCH, "too many records for one batch"))?;
-    let base_timestamp = first.timestamp_ms;
-    let mut out = Vec::new();
-    out.extend_from_slice(&0i64.to_be_bytes()); // baseOffset
-    out.extend_from_slice(&0i32.to_be_bytes()); // batchLength, patched below
-    out.extend_from_slice(&(-1i32).to_be_bytes()); // partitionLeaderEpoch: none yet
-    out.push(2); // magic
-    out.extend_from_slice(&0u32.to_be_bytes()); // crc, patched below
-    out.extend_from_slice(&0i16.to_be_bytes()); // attributes: no codec, CreateTime
-    out.extend_from_slice(&(count - 1).to_be_bytes()); // lastOffsetDelta
-    out.extend_from_slice(&base_timestamp.to_be_bytes());
-    out.extend_from_slice(&max_timestamp.to_be_bytes());
-    out.extend_from_slice(&(-1i64).to_be_bytes()); // producerId: not idempotent
-    out.extend_from_slice(&(-1i16).to_be_bytes()); // producerEpoch
-    out.extend_from_slice(&(-1i32).to_be_bytes()); // baseSequence
-    out.extend_from_slice(&count.to_be_bytes());
-    for (offset_delta, record) in records.iter().enumerate() {
-        let mut body = vec![0u8]; // record attributes
-        put_varint(&mut body, record.timestamp_ms.wrapping_sub(base_timestamp));
-        put_varint(&mut body, offset_delta as i64);
-        put_nullable(&mut body, record.key.as_deref());
-        put_nullable(&mut body, record.value.as_deref());
-        put_varint(&mut body, record.headers.len() as i64);
-        for (name, value) in &record.headers {
-            put_nullable(&mut body, Some(name.as_bytes()));
-            put_nullable(&mut body, value.as_deref());
-        }
-        put_varint(&mut out, body.len() as i64);
-        out.extend_from_slice(&body);
+    let mut batch = RecordBatchBuilder::new();
+    for record in records {
+        batch.push(
+            record.timestamp_ms,
+            record.key.as_deref(),
+            record.value.as_deref(),
+            record.headers.iter().map(|(name, value)| (name.as_str(), value.as_deref())),
+        );
     }
-    let batch_length =
-        i32::try_from(out.len() - 12).map_err(|_| CeError::malformed(BATCH, "batch larger than 2 GiB"))?;
-    out[8..12].copy_from_slice(&batch_length.to_be_bytes());
-    let crc = crc32c::crc32c(&out[CRC_COVERS_FROM..]);
-    out[CRC_POS..CRC_COVERS_FROM].copy_from_slice(&crc.to_be_bytes());
-    Ok(out)
+    batch.finish().map_err(|error| CeError::malformed(BATCH, error.to_string()))
 }
 
-/// Decodes the records of a payload of uncompressed magic-2 batches.
+/// Decodes the records of a payload of uncompressed magic-2 batches, after validating it with
+/// the binding's payload rules (`lakestream_format::kafka::payload_batches`).
 pub fn decode_record_batches(payload: &[u8]) -> Result<Vec<Record>> {
-    let expected = lakestream_format::kafka::count_records(payload)
-        .map_err(|error| CeError::corrupt(BATCH, error.to_string()))?;
+    let corrupt = |error: FormatError| CeError::corrupt(BATCH, error.to_string());
     let mut records = Vec::new();
-    let mut pos = 0;
-    while pos < payload.len() {
-        let header = &payload[pos..pos + BATCH_HEADER_LEN.min(payload.len() - pos)];
-        if header.len() < BATCH_HEADER_LEN || header[16] != 2 {
+    let mut start = 0;
+    for unit in kafka::payload_batches(payload).map_err(corrupt)? {
+        let PayloadBatch::RecordBatch(batch) = unit else {
             return Err(CeError::corrupt(
                 BATCH,
-                format!("the batch at byte {pos} is not an uncompressed magic-2 batch"),
+                format!("the batch at byte {start} is not an uncompressed magic-2 batch"),
             ));
-        }
-        let field =
-            |at: usize, len: usize| header[at..at + len].iter().fold(0i64, |n, b| (n << 8) | i64::from(*b));
-        // count_records has checked every frame, so this only guards against a bug.
-        let batch_end = (pos + 12 + field(8, 4) as usize).min(payload.len());
-        if field(21, 2) & 0x07 != 0 {
+        };
+        if batch.header().compression() != 0 {
             return Err(CeError::corrupt(
                 BATCH,
-                format!("the batch at byte {pos} is compressed; stored events are not"),
+                format!("the batch at byte {start} is compressed; stored events are not"),
             ));
         }
-        let base_timestamp = header[27..35].iter().fold(0i64, |n, b| (n << 8) | i64::from(*b));
-        let count = field(57, 4);
-        let mut reader = Reader { bytes: &payload[..batch_end], pos: pos + BATCH_HEADER_LEN };
-        for _ in 0..count {
-            records.push(reader.record(base_timestamp)?);
+        for record in batch.records(0).map_err(corrupt)? {
+            records.push(Record {
+                key: record.key,
+                value: record.value,
+                headers: record.headers.into_iter().map(|header| (header.key, header.value)).collect(),
+                // Always set in a magic-2 batch.
+                timestamp_ms: record.timestamp_ms.unwrap_or_default(),
+            });
         }
-        pos = batch_end;
-    }
-    if records.len() as u64 != u64::from(expected) {
-        return Err(CeError::corrupt(
-            BATCH,
-            format!("read {} records, the batches declare {expected}", records.len()),
-        ));
+        start += unit.bytes().len();
     }
     Ok(records)
-}
-
-fn put_varint(out: &mut Vec<u8>, value: i64) {
-    let mut zigzag = ((value << 1) ^ (value >> 63)) as u64;
-    while zigzag >= 0x80 {
-        out.push((zigzag as u8) | 0x80);
-        zigzag >>= 7;
-    }
-    out.push(zigzag as u8);
-}
-
-fn put_nullable(out: &mut Vec<u8>, bytes: Option<&[u8]>) {
-    match bytes {
-        None => put_varint(out, -1),
-        Some(bytes) => {
-            put_varint(out, bytes.len() as i64);
-            out.extend_from_slice(bytes);
-        }
-    }
-}
-
-/// A cursor over the records region of a batch.
-struct Reader<'a> {
-    bytes: &'a [u8],
-    pos: usize,
-}
-
-impl Reader<'_> {
-    fn varint(&mut self) -> Result<i64> {
-        let mut value = 0u64;
-        for shift in (0..64).step_by(7) {
-            let byte = *self.bytes.get(self.pos).ok_or_else(|| self.truncated())?;
-            self.pos += 1;
-            value |= u64::from(byte & 0x7f) << shift;
-            if byte & 0x80 == 0 {
-                return Ok(((value >> 1) as i64) ^ -((value & 1) as i64));
-            }
-        }
-        Err(CeError::corrupt(BATCH, format!("varint at byte {} is longer than 10 bytes", self.pos)))
-    }
-
-    fn nullable(&mut self) -> Result<Option<Vec<u8>>> {
-        let len = self.varint()?;
-        if len < 0 {
-            return Ok(None);
-        }
-        let end = self
-            .pos
-            .checked_add(len as usize)
-            .filter(|end| *end <= self.bytes.len())
-            .ok_or_else(|| self.truncated())?;
-        let bytes = self.bytes[self.pos..end].to_vec();
-        self.pos = end;
-        Ok(Some(bytes))
-    }
-
-    fn record(&mut self, base_timestamp: i64) -> Result<Record> {
-        let _length = self.varint()?;
-        self.pos += 1; // record attributes, unused
-        let timestamp_ms = base_timestamp.wrapping_add(self.varint()?);
-        let _offset_delta = self.varint()?;
-        let key = self.nullable()?;
-        let value = self.nullable()?;
-        let header_count = self.varint()?;
-        let mut headers = Vec::new();
-        for _ in 0..header_count.max(0) {
-            let name = self.nullable()?.unwrap_or_default();
-            let name =
-                String::from_utf8(name).map_err(|_| CeError::corrupt(BATCH, "a header key is not UTF-8"))?;
-            headers.push((name, self.nullable()?));
-        }
-        Ok(Record { key, value, headers, timestamp_ms })
-    }
-
-    fn truncated(&self) -> CeError {
-        CeError::corrupt(BATCH, format!("record truncated at byte {}", self.pos))
-    }
 }
 
 #[cfg(test)]
@@ -438,5 +322,19 @@ mod tests {
         let error = decode_events(&payload).unwrap_err();
         assert_eq!(error.class(), lakestream_format::ErrorClass::CorruptData, "{error}");
         assert!(encode_record_batch(&[]).is_err());
+    }
+
+    #[test]
+    fn compressed_batches_are_not_stored_events() {
+        // A batch labelled gzip (its CRC-32C made right again) passes the binding's checks,
+        // which do not decompress magic-2 batches, but is not a stored entry of events.
+        let mut payload = encode_events(&[event(TYPED)], 0).unwrap();
+        payload[22] |= 0x01;
+        let crc = lakestream_format::kafka::record_batch_crc(&payload);
+        payload[17..21].copy_from_slice(&crc.to_be_bytes());
+        assert_eq!(lakestream_format::kafka::count_records(&payload), Ok(1));
+        let error = decode_events(&payload).unwrap_err();
+        assert_eq!(error.class(), lakestream_format::ErrorClass::CorruptData, "{error}");
+        assert!(error.to_string().contains("compressed"), "{error}");
     }
 }

@@ -560,6 +560,7 @@ async fn a_wal_object_shared_by_two_logs_waits_for_both() {
 fn one_batch_of_bytes(bytes: usize) -> WriterConfig {
     WriterConfig {
         flush_window: Duration::from_secs(24 * 3600),
+        flush_when_idle: false,
         flush_bytes: bytes,
         ..WriterConfig::default()
     }
@@ -939,7 +940,11 @@ async fn objects_of_hundreds_of_logs_read_back_raw_and_after_compaction() {
         clock: std::sync::Arc::new(s.clock.clone()),
         tokens: std::sync::Arc::new(lakestream_meta::lease::SeededTokens::new(41)),
     };
-    let config = WriterConfig { flush_window: Duration::from_millis(300), ..WriterConfig::default() };
+    let config = WriterConfig {
+        flush_window: Duration::from_millis(300),
+        flush_when_idle: false,
+        ..WriterConfig::default()
+    };
     let w = lakestream_writer::Writer::start(config, deps).unwrap();
     let appends = (0..3u64).flat_map(|round| (1..=LOGS).map(move |log| (round, log))).map(|(round, log)| {
         let w = w.clone();

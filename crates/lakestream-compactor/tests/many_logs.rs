@@ -59,7 +59,11 @@ async fn round_trip(
     // A window long enough for a round's appends to share an object; flush_bytes is not
     // reached (entries are small), so only the window closes objects.
     let writer = Writer::start(
-        WriterConfig { flush_window: Duration::from_millis(300), ..WriterConfig::default() },
+        WriterConfig {
+            flush_window: Duration::from_millis(300),
+            flush_when_idle: false,
+            ..WriterConfig::default()
+        },
         WriterDeps {
             meta: meta.clone(),
             objects: wal.clone(),

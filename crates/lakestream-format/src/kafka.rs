@@ -6,6 +6,10 @@
 //!   with no envelope. [`count_records`] validates a payload and returns its record count;
 //!   [`assign_offsets`] rewrites the batches' offsets for a reader; [`decode_records`] decodes
 //!   each record (offset, timestamp, key, value, headers), e.g. for table rows.
+//! * **Record batches.** [`RecordBatch`] is the one view of a magic-2 batch: its header
+//!   fields ([`RecordBatchHeader`]), its CRC-32C ([`record_batch_crc`]) and its records;
+//!   [`RecordBatchBuilder`] encodes one; [`payload_batches`] validates a payload and returns
+//!   its batches, for callers that read their headers too.
 //! * **Compacted objects.** [`KAFKA_BINDING`]: `entrySerDeType` `KAFKA_BATCHED_RAW_PARQUET`,
 //!   Avro record `KafkaMessage`. Only a Kafka topic's stream (one created with
 //!   [`topic_stream_properties`]) carries them; every other stream follows the native binding
@@ -44,6 +48,12 @@
 //! [`FormatError::Unsupported`] rather than a guessed count.
 
 use std::io::Read;
+
+mod batch;
+
+pub use batch::{
+    RECORD_BATCH_HEADER_LEN, RecordBatch, RecordBatchBuilder, RecordBatchHeader, record_batch_crc,
+};
 
 use crate::compacted::Binding;
 use crate::error::{FormatError, Result};
@@ -198,11 +208,67 @@ pub fn check_entry(payload: &[u8], record_count: Option<u32>) -> Result<u32> {
 /// Errors are [`FormatError::Corrupt`] (or `Unsupported` for a codec or magic not handled);
 /// a writer validating a producer's input reports them to its caller as invalid input.
 pub fn count_records_with(payload: &[u8], limits: Limits) -> Result<u32> {
-    let batches = parse_batches(payload, limits)?;
-    let total: u64 = batches.iter().map(|batch| u64::from(batch.records)).sum();
+    record_count(&payload_batches_with(payload, limits)?)
+}
+
+/// The records of a validated payload's batches: their sum, which an entry holds at most
+/// `i32::MAX` of.
+pub fn record_count(batches: &[PayloadBatch<'_>]) -> Result<u32> {
+    let total: u64 = batches.iter().map(|batch| u64::from(batch.records())).sum();
     u32::try_from(total).ok().filter(|total| *total <= i32::MAX as u32).ok_or_else(|| {
         FormatError::corrupt(STRUCTURE, format!("{total} records are more than an entry can hold (i32::MAX)"))
     })
+}
+
+/// One unit of an entry payload, checked against the binding's rules: a magic-2 record
+/// batch, or a magic-0/1 message (a compressed wrapper counting its inner messages).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PayloadBatch<'a> {
+    /// A magic-2 record batch.
+    RecordBatch(RecordBatch<'a>),
+    /// A magic-0/1 message.
+    Message {
+        /// The message's bytes, from its offset field to its end.
+        bytes: &'a [u8],
+        /// Its magic: 0 or 1.
+        magic: u8,
+        /// 1, or the inner messages of a compressed wrapper.
+        records: u32,
+    },
+}
+
+impl<'a> PayloadBatch<'a> {
+    /// The unit's bytes in the payload.
+    pub fn bytes(&self) -> &'a [u8] {
+        match self {
+            PayloadBatch::RecordBatch(batch) => batch.bytes(),
+            PayloadBatch::Message { bytes, .. } => bytes,
+        }
+    }
+
+    /// Its magic byte.
+    pub fn magic(&self) -> u8 {
+        match self {
+            PayloadBatch::RecordBatch(_) => 2,
+            PayloadBatch::Message { magic, .. } => *magic,
+        }
+    }
+
+    /// How many records it holds.
+    pub fn records(&self) -> u32 {
+        match self {
+            // Checked to be above 0.
+            PayloadBatch::RecordBatch(batch) => batch.header().record_count as u32,
+            PayloadBatch::Message { records, .. } => *records,
+        }
+    }
+}
+
+/// Validates an entry payload as [`count_records`] does (default [`Limits`]) and returns its
+/// batches in order: one pass for a caller that also reads their headers (an idempotent
+/// producer's fields, say).
+pub fn payload_batches(payload: &[u8]) -> Result<Vec<PayloadBatch<'_>>> {
+    payload_batches_with(payload, Limits::default())
 }
 
 /// Validates an entry payload (with the default [`Limits`]) and returns a copy whose batches
@@ -211,20 +277,22 @@ pub fn count_records_with(payload: &[u8], limits: Limits) -> Result<u32> {
 /// magic-0/1 message gets its offset, and a compressed wrapper the offset of its last inner
 /// message (its inner messages are left as they are). No CRC covers these fields.
 pub fn assign_offsets(payload: &[u8], entry_offset: Offset) -> Result<Vec<u8>> {
-    let batches = parse_batches(payload, Limits::default())?;
+    let batches = payload_batches(payload)?;
     let mut out = payload.to_vec();
     let mut next = entry_offset;
+    let mut start = 0;
     for batch in &batches {
-        let records = u64::from(batch.records);
-        let offset = match batch.magic {
+        let records = u64::from(batch.records());
+        let offset = match batch.magic() {
             2 => next,
             _ => next + records - 1,
         };
         let offset = i64::try_from(offset).map_err(|_| {
             FormatError::invalid(STRUCTURE, format!("offset {offset} does not fit a Kafka int64 offset"))
         })?;
-        out[batch.start..batch.start + 8].copy_from_slice(&offset.to_be_bytes());
+        out[start..start + 8].copy_from_slice(&offset.to_be_bytes());
         next += records;
+        start += batch.bytes().len();
     }
     Ok(out)
 }
@@ -262,115 +330,37 @@ pub struct KafkaHeader {
 /// whole payload are bounded by [`Limits::max_decompressed_bytes`].
 pub fn decode_records(payload: &[u8], entry_offset: Offset) -> Result<Vec<KafkaRecord>> {
     let limits = Limits::default();
-    let batches = parse_batches(payload, limits)?;
+    let batches = payload_batches_with(payload, limits)?;
     let mut budget = limits.max_decompressed_bytes;
     let mut records = Vec::new();
     let mut next = entry_offset;
+    let mut start = 0;
     for (i, batch) in batches.iter().enumerate() {
-        let what = format!("batch {i} (magic at byte {})", batch.start + 16);
-        let frame = frame(payload, batch.start, &what)?;
+        let what = format!("batch {i} (magic at byte {})", start + 16);
         let before = records.len();
-        match batch.magic {
-            2 => decode_v2_batch(frame, &what, next, &mut budget, &mut records)?,
-            _ => decode_legacy_message(frame, &what, next, None, &mut budget, &mut records)?,
+        match batch {
+            PayloadBatch::RecordBatch(batch) => {
+                batch.decode_into(STRUCTURE, &what, next, &mut budget, &mut records)?
+            }
+            PayloadBatch::Message { bytes, .. } => {
+                decode_legacy_message(bytes, &what, next, None, &mut budget, &mut records)?
+            }
         }
         let decoded = (records.len() - before) as u64;
-        if decoded != u64::from(batch.records) {
+        if decoded != u64::from(batch.records()) {
             return Err(FormatError::corrupt(
                 STRUCTURE,
-                format!("{what}: decoded {decoded} records, the batch holds {}", batch.records),
+                format!("{what}: decoded {decoded} records, the batch holds {}", batch.records()),
             ));
         }
         next += decoded;
+        start += batch.bytes().len();
     }
     Ok(records)
 }
 
 /// Kafka's timestamp-type attribute bit: LogAppendTime (the batch's or wrapper's time).
 const ATTR_LOG_APPEND_TIME: u16 = 0x08;
-
-fn decode_v2_batch(
-    batch: &[u8],
-    what: &str,
-    first_offset: Offset,
-    budget: &mut u64,
-    out: &mut Vec<KafkaRecord>,
-) -> Result<()> {
-    let bad = |detail: String| FormatError::corrupt(STRUCTURE, format!("{what}: {detail}"));
-    let attributes = u16::from_be_bytes([batch[21], batch[22]]);
-    let base_timestamp = be_i64(batch, 27);
-    let max_timestamp = be_i64(batch, 35);
-    let log_append_time = attributes & ATTR_LOG_APPEND_TIME != 0;
-    let count = be_i32(batch, 57);
-    let region = &batch[V2_HEADER_LEN..];
-    let decompressed;
-    let mut records = match (attributes & CODEC_MASK) as u8 {
-        0 => region,
-        CODEC_GZIP => {
-            decompressed = gunzip(region, budget).map_err(bad)?;
-            &decompressed[..]
-        }
-        CODEC_SNAPPY => {
-            decompressed = unsnappy(region, budget).map_err(bad)?;
-            &decompressed[..]
-        }
-        CODEC_LZ4 => {
-            decompressed = unlz4_frame(region, budget).map_err(bad)?;
-            &decompressed[..]
-        }
-        _ => {
-            // 4, zstd (check_v2_batch refused codecs above 4).
-            decompressed = read_bounded(
-                zstd::stream::read::Decoder::new(region).map_err(|e| bad(format!("zstd: {e}")))?,
-                budget,
-                "zstd",
-            )
-            .map_err(bad)?;
-            &decompressed[..]
-        }
-    };
-    for index in 0..count.max(0) as u64 {
-        let (len, used) =
-            read_varint(records).ok_or_else(|| bad(format!("record {index}: malformed length")))?;
-        let len = usize::try_from(len).map_err(|_| bad(format!("record {index} has length {len}")))?;
-        let body = records
-            .get(used..used + len)
-            .ok_or_else(|| bad(format!("record {index} declares {len} bytes beyond the batch end")))?;
-        records = &records[used + len..];
-        let mut cursor = Cursor { bytes: body, pos: 0 };
-        let parsed = (|| {
-            cursor.take(1)?; // record attributes, unused
-            let timestamp_delta = cursor.varlong()?;
-            let _offset_delta = cursor.varint()?;
-            let key = cursor.nullable()?;
-            let value = cursor.nullable()?;
-            let header_count = cursor.varint()?;
-            let mut headers = Vec::with_capacity(header_count.clamp(0, 64) as usize);
-            for _ in 0..header_count.max(0) {
-                let key = cursor.nullable()?.ok_or("a header key is null")?;
-                let key = String::from_utf8(key).map_err(|_| "a header key is not UTF-8")?;
-                headers.push(KafkaHeader { key, value: cursor.nullable()? });
-            }
-            if cursor.pos != body.len() {
-                return Err("bytes follow the record's headers");
-            }
-            let timestamp =
-                if log_append_time { max_timestamp } else { base_timestamp.wrapping_add(timestamp_delta) };
-            Ok(KafkaRecord {
-                offset: first_offset + index,
-                timestamp_ms: Some(timestamp),
-                key,
-                value,
-                headers,
-            })
-        })();
-        out.push(parsed.map_err(|e| bad(format!("record {index}: {e}")))?);
-    }
-    if !records.is_empty() {
-        return Err(bad(format!("{} bytes follow the last record", records.len())));
-    }
-    Ok(())
-}
 
 /// Decodes one magic-0/1 message: a record, or a compressed wrapper's inner messages.
 /// `wrapper_time` is the wrapper's timestamp when it says LogAppendTime.
@@ -423,55 +413,6 @@ fn decode_legacy_message(
     Ok(())
 }
 
-/// A cursor over one magic-2 record's bytes.
-struct Cursor<'a> {
-    bytes: &'a [u8],
-    pos: usize,
-}
-
-impl<'a> Cursor<'a> {
-    fn take(&mut self, n: usize) -> std::result::Result<&'a [u8], &'static str> {
-        let bytes = self.bytes.get(self.pos..self.pos + n).ok_or("truncated")?;
-        self.pos += n;
-        Ok(bytes)
-    }
-
-    fn varint(&mut self) -> std::result::Result<i32, &'static str> {
-        let (value, used) = read_varint(&self.bytes[self.pos..]).ok_or("malformed varint")?;
-        self.pos += used;
-        Ok(value)
-    }
-
-    /// A zigzag varlong of at most 10 bytes.
-    fn varlong(&mut self) -> std::result::Result<i64, &'static str> {
-        let mut raw = 0u64;
-        for i in 0..10 {
-            let byte = *self.bytes.get(self.pos).ok_or("truncated varlong")?;
-            self.pos += 1;
-            raw |= u64::from(byte & 0x7f) << (7 * i);
-            if byte & 0x80 == 0 {
-                return Ok(((raw >> 1) as i64) ^ -((raw & 1) as i64));
-            }
-        }
-        Err("malformed varlong")
-    }
-
-    fn nullable(&mut self) -> std::result::Result<Option<Vec<u8>>, &'static str> {
-        let len = self.varint()?;
-        if len < 0 {
-            return Ok(None);
-        }
-        Ok(Some(self.take(len as usize)?.to_vec()))
-    }
-}
-
-/// One batch (magic 2) or top-level message (magic 0/1) of a payload.
-struct Batch {
-    start: usize,
-    magic: u8,
-    records: u32,
-}
-
 /// The bytes of the length-prefixed unit at `pos`: an 8-byte offset, a 4-byte length and that
 /// many bytes.
 fn frame<'a>(bytes: &'a [u8], pos: usize, what: &str) -> Result<&'a [u8]> {
@@ -500,7 +441,7 @@ fn frame<'a>(bytes: &'a [u8], pos: usize, what: &str) -> Result<&'a [u8]> {
     })
 }
 
-fn parse_batches(payload: &[u8], limits: Limits) -> Result<Vec<Batch>> {
+fn payload_batches_with(payload: &[u8], limits: Limits) -> Result<Vec<PayloadBatch<'_>>> {
     if payload.is_empty() {
         return Err(FormatError::corrupt(STRUCTURE, "the payload is empty; it must hold at least one batch"));
     }
@@ -516,26 +457,24 @@ fn parse_batches(payload: &[u8], limits: Limits) -> Result<Vec<Batch>> {
                 format!("{what} is {} bytes, too short to hold a magic byte", frame.len()),
             )
         })?;
-        let records = match magic {
-            2 => check_v2_batch(frame, &what)?,
-            0 | 1 => check_legacy_message(frame, &what, &mut budget, false)?,
+        batches.push(match magic {
+            2 => PayloadBatch::RecordBatch(check_v2_batch(frame, &what)?),
+            0 | 1 => PayloadBatch::Message {
+                bytes: frame,
+                magic,
+                records: check_legacy_message(frame, &what, &mut budget, false)?,
+            },
             other => {
                 return Err(FormatError::unsupported(
                     STRUCTURE,
                     format!("{what} has magic {other}; known: 0, 1, 2"),
                 ));
             }
-        };
-        batches.push(Batch { start: pos, magic, records });
+        });
         pos += frame.len();
     }
     Ok(batches)
 }
-
-const V2_HEADER_LEN: usize = 61;
-const ATTR_TRANSACTIONAL: u16 = 0x10;
-const ATTR_CONTROL: u16 = 0x20;
-const CODEC_MASK: u16 = 0x07;
 
 fn be_i32(bytes: &[u8], at: usize) -> i32 {
     i32::from_be_bytes([bytes[at], bytes[at + 1], bytes[at + 2], bytes[at + 3]])
@@ -547,85 +486,41 @@ fn be_i64(bytes: &[u8], at: usize) -> i64 {
     i64::from_be_bytes(field)
 }
 
-/// Checks a magic-2 batch (the whole frame) and returns its record count.
-fn check_v2_batch(batch: &[u8], what: &str) -> Result<u32> {
+/// Checks a magic-2 batch (the whole frame) against the binding's rules.
+fn check_v2_batch<'a>(frame: &'a [u8], what: &str) -> Result<RecordBatch<'a>> {
     let bad = |detail: String| FormatError::corrupt(STRUCTURE, format!("{what}: {detail}"));
-    if batch.len() < V2_HEADER_LEN {
-        return Err(bad(format!(
-            "batchLength {} is shorter than the {V2_HEADER_LEN}-byte header",
-            batch.len() - 12
-        )));
+    let batch = RecordBatch::read_framed(frame, STRUCTURE, what)?;
+    let header = batch.header();
+    if header.base_offset != 0 {
+        return Err(bad(format!("baseOffset is {}; the binding requires 0", header.base_offset)));
     }
-    let stored_crc = u32::from_be_bytes([batch[17], batch[18], batch[19], batch[20]]);
-    let crc = crc32c::crc32c(&batch[21..]);
-    if crc != stored_crc {
-        return Err(bad(format!("CRC-32C is {crc:#010x} but the header says {stored_crc:#010x}")));
-    }
-    let base_offset = be_i64(batch, 0);
-    if base_offset != 0 {
-        return Err(bad(format!("baseOffset is {base_offset}; the binding requires 0")));
-    }
-    let attributes = u16::from_be_bytes([batch[21], batch[22]]);
-    if attributes & ATTR_CONTROL != 0 {
+    if header.is_control() {
         return Err(bad("is a control batch, which an entry payload must not contain".into()));
     }
-    if attributes & ATTR_TRANSACTIONAL != 0 {
+    if header.is_transactional() {
         return Err(bad("is a transactional batch, which an entry payload must not contain".into()));
     }
-    let codec = attributes & CODEC_MASK;
+    let codec = header.compression();
     if codec > 4 {
         return Err(bad(format!("compression codec {codec} is unknown (0 to 4)")));
     }
-    let last_offset_delta = be_i32(batch, 23);
-    let count = be_i32(batch, 57);
+    let count = header.record_count;
     if count <= 0 {
         return Err(bad(format!("record count is {count}; it must be above 0")));
     }
-    if i64::from(count) != i64::from(last_offset_delta) + 1 {
+    if i64::from(count) != i64::from(header.last_offset_delta) + 1 {
         return Err(bad(format!(
             "record count {count} differs from lastOffsetDelta + 1 = {}",
-            i64::from(last_offset_delta) + 1
+            i64::from(header.last_offset_delta) + 1
         )));
     }
     if codec == 0 {
-        let found = count_v2_records(&batch[V2_HEADER_LEN..]).map_err(bad)?;
+        let found = batch::count_v2_records(batch.records_region()).map_err(bad)?;
         if found != count as u64 {
             return Err(bad(format!("header declares {count} records, the records region holds {found}")));
         }
     }
-    Ok(count as u32)
-}
-
-/// Counts the length-prefixed records of an uncompressed magic-2 records region.
-fn count_v2_records(mut records: &[u8]) -> std::result::Result<u64, String> {
-    let mut count = 0u64;
-    while !records.is_empty() {
-        let (len, used) =
-            read_varint(records).ok_or_else(|| format!("record {count} has a malformed length varint"))?;
-        let len = usize::try_from(len).map_err(|_| format!("record {count} has length {len}"))?;
-        records = records
-            .get(used..)
-            .and_then(|rest| rest.get(len..))
-            .ok_or_else(|| format!("record {count} declares {len} bytes beyond the batch end"))?;
-        count += 1;
-    }
-    Ok(count)
-}
-
-/// A zigzag varint of at most 5 bytes (a Kafka `varint`): the value and the bytes it took.
-fn read_varint(bytes: &[u8]) -> Option<(i32, usize)> {
-    let mut raw = 0u32;
-    for (i, byte) in bytes.iter().take(5).enumerate() {
-        let bits = u32::from(byte & 0x7f);
-        if i == 4 && bits > 0x0f {
-            return None;
-        }
-        raw |= bits << (7 * i);
-        if byte & 0x80 == 0 {
-            return Some((((raw >> 1) as i32) ^ -((raw & 1) as i32), i + 1));
-        }
-    }
-    None
+    Ok(batch)
 }
 
 const CODEC_GZIP: u8 = 1;
@@ -793,17 +688,6 @@ mod tests {
         assert!(stream_name("t", "AAAA-topic-id-AAAAAAAA").is_err());
         assert!(parse_stream_name("no-separator").is_err());
         assert!(parse_stream_name("-topic-id-AAAAAAAAAAAAAAAAAAAAAA").is_err());
-    }
-
-    #[test]
-    fn varints_are_zigzag_and_at_most_five_bytes() {
-        assert_eq!(read_varint(&[0x00]), Some((0, 1)));
-        assert_eq!(read_varint(&[0x01]), Some((-1, 1)));
-        assert_eq!(read_varint(&[0x02]), Some((1, 1)));
-        assert_eq!(read_varint(&[0xfe, 0xff, 0xff, 0xff, 0x0f]), Some((i32::MAX, 5)));
-        assert_eq!(read_varint(&[0xff, 0xff, 0xff, 0xff, 0x1f]), None);
-        assert_eq!(read_varint(&[0x80, 0x80, 0x80, 0x80, 0x80, 0x01]), None);
-        assert_eq!(read_varint(&[0x80]), None);
     }
 
     // spec-rule: 1b06759306 [Writer] A Kafka entry payload MUST be exactly the bytes of one or more comple…

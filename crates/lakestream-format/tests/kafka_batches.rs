@@ -462,3 +462,32 @@ fn topic_streams_carry_the_spec_properties() {
     assert!(kafka::is_topic_stream(&props));
     assert!(!kafka::is_topic_stream(&std::collections::BTreeMap::new()));
 }
+
+/// The record-batch view reads kafka-python's batches as the payload rules do: a payload's
+/// units are its magic-2 batches (header fields, CRC-32C, records) and magic-0/1 messages.
+#[test]
+fn the_record_batch_view_reads_kafka_pythons_batches() {
+    use kafka::{PayloadBatch, RecordBatch, payload_batches, record_batch_crc};
+    for name in ["v2_single_record.bin", "v2_three_batches.bin", "v2_headers.bin", "v2_gzip.bin"] {
+        let payload = fixture(name);
+        let batches = payload_batches(&payload).unwrap();
+        let mut decoded = Vec::new();
+        let mut next = 0;
+        for unit in &batches {
+            let PayloadBatch::RecordBatch(batch) = unit else { panic!("{name}: not magic 2") };
+            assert_eq!(RecordBatch::read(unit.bytes()).unwrap(), *batch, "{name}");
+            let header = batch.header();
+            assert_eq!(header.crc, record_batch_crc(batch.bytes()), "{name}");
+            assert_eq!((header.base_offset, header.record_count - 1), (0, header.last_offset_delta));
+            assert!(!header.has_producer(), "{name}: kafka-python's plain producer");
+            decoded.extend(batch.records(next).unwrap());
+            next += u64::from(unit.records());
+        }
+        assert_eq!(kafka::record_count(&batches).unwrap(), count_records(&payload).unwrap());
+        assert_eq!(decoded, kafka::decode_records(&payload, 0).unwrap(), "{name}");
+    }
+    let legacy = fixture("v1_plain_then_gzip.bin");
+    let units = payload_batches(&legacy).unwrap();
+    assert!(units.iter().all(|u| matches!(u, PayloadBatch::Message { magic: 1, .. })));
+    assert_eq!(kafka::record_count(&units).unwrap(), count_records(&legacy).unwrap());
+}

@@ -23,6 +23,7 @@
 //! for the producer id (the service layer's `Api::admit_producer_epoch`) is
 //! `INVALID_PRODUCER_EPOCH`.
 
+use lakestream_format::kafka::PayloadBatch;
 use lakestream_service::api::ApiResult;
 use lakestream_service::producers::{ProducerId, ProducerSequence};
 
@@ -46,26 +47,23 @@ impl BatchProducer {
 }
 
 /// The producer of a request's record batches (already checked by the binding): `None` for
-/// batches without a producer id; an error message when the batches disagree on it or their
-/// sequences do not follow each other.
-pub(crate) fn producer_of(records: &[u8]) -> Result<Option<BatchProducer>, String> {
-    const HEADER: usize = 61;
-    let mut at = 0;
+/// batches without a producer id; an error message when the batches disagree on it, their
+/// sequences do not follow each other, or a unit is a magic-0/1 message (which has no
+/// producer fields; Produce v3 and later carries magic-2 batches only, as Kafka requires).
+pub(crate) fn producer_of(batches: &[PayloadBatch<'_>]) -> Result<Option<BatchProducer>, String> {
     let mut first: Option<BatchProducer> = None;
     let mut next_sequence = 0i64;
     let mut plain = false;
-    while at < records.len() {
-        let batch = &records[at..];
-        if batch.len() < HEADER {
-            return Err("a record batch shorter than its header".into());
-        }
-        let field = |from: usize, len: usize| &batch[from..from + len];
-        let length = i32::from_be_bytes(field(8, 4).try_into().unwrap_or_default());
-        let id = i64::from_be_bytes(field(43, 8).try_into().unwrap_or_default());
-        let epoch = i16::from_be_bytes(field(51, 2).try_into().unwrap_or_default());
-        let base_sequence = i32::from_be_bytes(field(53, 4).try_into().unwrap_or_default());
-        let last_delta = i32::from_be_bytes(field(23, 4).try_into().unwrap_or_default());
-        if id < 0 {
+    for unit in batches {
+        let PayloadBatch::RecordBatch(batch) = unit else {
+            return Err(format!(
+                "a magic-{} message: Produce takes magic-2 record batches only",
+                unit.magic()
+            ));
+        };
+        let header = batch.header();
+        let (id, epoch, base_sequence) = (header.producer_id, header.producer_epoch, header.base_sequence);
+        if !header.has_producer() {
             if first.is_some() {
                 return Err("batches with and without a producer id in one partition".into());
             }
@@ -89,8 +87,7 @@ pub(crate) fn producer_of(records: &[u8]) -> Result<Option<BatchProducer>, Strin
             }
             first = Some(BatchProducer { id, epoch, base_sequence });
         }
-        next_sequence = i64::from(base_sequence) + i64::from(last_delta) + 1;
-        at += 12 + usize::try_from(length).map_err(|_| "a negative batch length".to_owned())?;
+        next_sequence = i64::from(base_sequence) + i64::from(header.last_offset_delta) + 1;
     }
     Ok(first)
 }
@@ -103,6 +100,7 @@ mod tests {
         Compression, Record, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
     };
 
+    /// One batch encoded by kafka-protocol, as a client encodes it.
     fn batch(producer_id: i64, epoch: i16, sequence: i32, records: usize) -> Vec<u8> {
         let records: Vec<Record> = (0..records)
             .map(|i| Record {
@@ -114,7 +112,9 @@ mod tests {
                 producer_epoch: epoch,
                 timestamp_type: TimestampType::Creation,
                 offset: i as i64,
-                sequence: if sequence < 0 { -1 } else { sequence + i as i32 },
+                // kafka-protocol starts a new batch where `offset - sequence` changes: a batch
+                // without a producer id (base sequence -1) needs it kept too.
+                sequence: sequence + i as i32,
                 timestamp: 1,
                 key: None,
                 value: Some(Bytes::from_static(b"v")),
@@ -127,8 +127,14 @@ mod tests {
         out.to_vec()
     }
 
+    fn producer_of(payload: &[u8]) -> Result<Option<BatchProducer>, String> {
+        let batches = lakestream_format::kafka::payload_batches(payload).map_err(|e| e.to_string())?;
+        super::producer_of(&batches)
+    }
+
     #[test]
     fn batches_name_their_producer() {
+        assert_eq!(lakestream_format::kafka::count_records(&batch(-1, -1, -1, 3)), Ok(3), "one batch");
         assert_eq!(producer_of(&batch(-1, -1, -1, 3)).unwrap(), None);
         let p = producer_of(&batch(42, 3, 10, 5)).unwrap().unwrap();
         assert_eq!(p, BatchProducer { id: 42, epoch: 3, base_sequence: 10 });
@@ -145,5 +151,13 @@ mod tests {
         ] {
             assert!(producer_of(&bad).is_err());
         }
+        // Magic-1 messages, which the binding takes, carry no producer fields.
+        let legacy = include_bytes!(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../lakestream-format/tests/vectors/kafka/v1_plain.bin"
+        ));
+        assert!(lakestream_format::kafka::count_records(legacy).is_ok());
+        let error = producer_of(legacy).unwrap_err();
+        assert!(error.contains("magic-1 message"), "{error}");
     }
 }

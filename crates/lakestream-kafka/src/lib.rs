@@ -45,7 +45,6 @@ mod conn;
 mod coordinator;
 mod errors;
 mod group;
-mod group_api;
 mod handlers;
 mod idempotence;
 mod topics;

@@ -37,7 +37,10 @@ fn local_writer(name: &str, flush_window: Duration) -> (Writer, Arc<InMemoryStor
         clock: Arc::new(SystemClock),
         tokens: Arc::new(SeededTokens::new(7)),
     };
-    let w = Writer::start(WriterConfig { flush_window, ..WriterConfig::default() }, deps).unwrap();
+    // Objects close on the window (group commit off), so that entries share them.
+    let w =
+        Writer::start(WriterConfig { flush_window, flush_when_idle: false, ..WriterConfig::default() }, deps)
+            .unwrap();
     (w, meta, wal)
 }
 

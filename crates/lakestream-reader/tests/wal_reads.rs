@@ -27,7 +27,11 @@ async fn a_reader_of_one_log_fetches_its_share_of_a_many_log_object() {
         tokens: Arc::new(SeededTokens::new(3)),
     };
     let w = Writer::start(
-        WriterConfig { flush_window: Duration::from_millis(200), ..WriterConfig::default() },
+        WriterConfig {
+            flush_window: Duration::from_millis(200),
+            flush_when_idle: false,
+            ..WriterConfig::default()
+        },
         deps,
     )
     .unwrap();

@@ -628,16 +628,7 @@ impl Api {
     /// roles' (writer, reader cache, compaction, tables), the object stores' and the Oxia
     /// client's.
     pub fn render_metrics(&self) -> String {
-        let cache = self.stack.reader.as_ref().map(Reader::cache_stats);
-        let mut text = self.metrics.render(cache);
-        self.stack.object_ops.render(&mut text);
-        if let Some(writer) = &self.stack.writer {
-            crate::metrics::render_writer(&writer.stats(), &mut text);
-        }
-        if let Some(oxia) = &self.stack.oxia {
-            crate::metrics::render_oxia(&oxia.stats(), &mut text);
-        }
-        text
+        self.metrics.render()
     }
 
     /// Whether requests are checked at all: bearer tokens or rate limits are configured.

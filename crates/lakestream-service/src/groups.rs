@@ -33,12 +33,17 @@
 //! another commit won the race; a commit that keeps losing is [`ErrorKind::Contended`], as
 //! every lost race is.
 
+use std::sync::atomic::AtomicU64;
+
 use bytes::Bytes;
 use lakestream_format::LogId;
 use lakestream_format::retry::{Backoff, BackoffPolicy};
 use lakestream_meta::{
     CasError, CasOptions, CasRecord, Change, Current, MetaError, MetaStore, PutCondition, Record,
 };
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
 use serde::{Deserialize, Serialize};
 
 use crate::api::{ApiError, ApiResult, ErrorKind};
@@ -375,6 +380,46 @@ impl<'a> GroupStore<'a> {
 fn decode(key: &str, value: &[u8]) -> ApiResult<CommittedOffset> {
     serde_json::from_slice(value)
         .map_err(|e| ApiError::new(ErrorKind::CorruptData, format!("committed offset {key}: {e}")))
+}
+
+/// Consumer groups' lag per partition, as of each group's last commit or offset fetch
+/// (`lakestream_group_lag_records{namespace, group, stream, partition}`), recorded by the
+/// operations that commit and fetch offsets.
+#[derive(Debug)]
+pub struct GroupLagMetrics {
+    lags: Family<GroupPartitionLabels, Gauge<u64, AtomicU64>>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct GroupPartitionLabels {
+    namespace: String,
+    group: String,
+    stream: String,
+    partition: usize,
+}
+
+impl GroupLagMetrics {
+    /// New lag metrics, registered in `registry`.
+    pub(crate) fn registered(registry: &mut prometheus_client::registry::Registry) -> Self {
+        let metrics = GroupLagMetrics { lags: Family::default() };
+        registry.register(
+            "lakestream_group_lag_records",
+            "Records between a consumer group's committed offset and the partition's next offset, as of the group's last commit or offset fetch",
+            crate::metrics::Announced(metrics.lags.clone()),
+        );
+        metrics
+    }
+
+    /// Records a group's lag on a partition.
+    pub fn record(&self, namespace: &str, group: &str, stream: &str, partition: usize, lag: u64) {
+        let labels = GroupPartitionLabels {
+            namespace: namespace.to_owned(),
+            group: group.to_owned(),
+            stream: stream.to_owned(),
+            partition,
+        };
+        self.lags.get_or_create(&labels).set(lag);
+    }
 }
 
 #[cfg(test)]

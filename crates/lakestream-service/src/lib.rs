@@ -73,7 +73,7 @@ impl Service {
 
     /// The service over an opened stack: its background roles started.
     fn running(stack: stack::Stack, config: &ServiceConfig) -> Service {
-        let metrics = Arc::new(metrics::Metrics::default());
+        let metrics = Arc::new(metrics::Metrics::of(&stack));
         let background = background::Background::spawn(&stack, config, &metrics);
         let api = Api::new(stack, metrics, config.max_fetch_wait);
         Service { api, background, shutdown_timeout: config.shutdown.timeout }

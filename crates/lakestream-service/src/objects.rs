@@ -4,9 +4,8 @@
 //! the parts of a multipart upload are not counted separately. PUTs cost money on S3, so the
 //! alert rules watch their rate.
 
-use std::fmt::Write as _;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 
 use async_trait::async_trait;
 use bytes::Bytes;
@@ -14,6 +13,9 @@ use futures::stream::BoxStream;
 use lakestream_objstore::{
     ByteRange, ObjectMeta, ObjectPath, ObjectPrefix, ObjectResult, ObjectStore, Upload, WriteOnce,
 };
+use prometheus_client::registry::Registry;
+
+use crate::metrics::{Counter, FixedFamily};
 
 /// The operations counted, in the order of [`OperationCounts::counts`].
 const OPERATIONS: [&str; 7] = ["put", "get", "get_range", "head", "delete", "delete_many", "list"];
@@ -21,8 +23,8 @@ const OPERATIONS: [&str; 7] = ["put", "get", "get_range", "head", "delete", "del
 /// Per-operation counters of one root, and how many of them failed.
 #[derive(Debug, Default)]
 pub struct OperationCounts {
-    counts: [AtomicU64; OPERATIONS.len()],
-    errors: [AtomicU64; OPERATIONS.len()],
+    counts: [Counter; OPERATIONS.len()],
+    errors: [Counter; OPERATIONS.len()],
 }
 
 impl OperationCounts {
@@ -44,31 +46,25 @@ pub struct ObjectStoreMetrics {
 }
 
 impl ObjectStoreMetrics {
-    /// Appends the counters in the Prometheus text format.
-    pub fn render(&self, out: &mut String) {
+    /// Registers the counters of both roots in `registry`, every series from the start.
+    pub(crate) fn register(&self, registry: &mut Registry) {
         for (name, help, errors) in [
+            ("lakestream_object_store_operations", "Object-store operations, per root and operation", false),
             (
-                "lakestream_object_store_operations_total",
-                "Object-store operations, per root and operation.",
-                false,
-            ),
-            (
-                "lakestream_object_store_errors_total",
-                "Object-store operations that failed, per root and operation.",
+                "lakestream_object_store_errors",
+                "Object-store operations that failed, per root and operation",
                 true,
             ),
         ] {
-            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} counter");
-            for (root, counts) in [("wal", &self.wal), ("compacted", &self.compacted)] {
-                for (i, operation) in OPERATIONS.iter().enumerate() {
-                    let value = if errors { &counts.errors[i] } else { &counts.counts[i] };
-                    let _ = writeln!(
-                        out,
-                        "{name}{{root=\"{root}\",operation=\"{operation}\"}} {}",
-                        value.load(Ordering::Relaxed)
-                    );
-                }
-            }
+            let series = [("wal", &self.wal), ("compacted", &self.compacted)].into_iter().flat_map(
+                |(root, counts)| {
+                    let counters = if errors { &counts.errors } else { &counts.counts };
+                    OPERATIONS.iter().zip(counters).map(move |(operation, counter)| {
+                        ([("root", root), ("operation", *operation)], counter.clone())
+                    })
+                },
+            );
+            registry.register(name, help, FixedFamily::new(series));
         }
     }
 }
@@ -191,8 +187,9 @@ mod tests {
         store.put(&path, Bytes::from_static(b"x")).await.unwrap();
         store.put(&path, Bytes::from_static(b"y")).await.unwrap_err();
         store.get(&path).await.unwrap();
-        let mut out = String::new();
-        metrics.render(&mut out);
+        let mut registry = Registry::default();
+        metrics.register(&mut registry);
+        let out = crate::metrics::encode(&registry);
         assert!(
             out.contains("lakestream_object_store_operations_total{root=\"wal\",operation=\"put\"} 2\n"),
             "{out}"

@@ -26,6 +26,14 @@ pub struct WriterConfig {
     /// Default 250 ms; at least 1 ms.
     #[serde(with = "humantime_serde")]
     pub flush_window: Duration,
+    /// Group commit: an object also closes at once when none of this writer's objects is
+    /// uploading, and otherwise when the uploads under way end (or on its window or size,
+    /// whichever comes first). Default true: at low load an acknowledgement costs one PUT
+    /// and one index put and waits for no window; under load uploads overlap and objects fill
+    /// up as before. The price is more, smaller PUTs at low and moderate load (about one per
+    /// PUT round trip while anything arrives); false makes the window the only timer, for
+    /// deployments that pay per request more than they care about latency.
+    pub flush_when_idle: bool,
     /// A WAL object is written as soon as its payload reaches this size. Default 4 MiB. An
     /// entry larger than this gets an object of its own.
     pub flush_bytes: usize,
@@ -71,6 +79,7 @@ impl Default for WriterConfig {
     fn default() -> Self {
         WriterConfig {
             flush_window: Duration::from_millis(250),
+            flush_when_idle: true,
             flush_bytes: 4 << 20,
             max_logs_per_object: 10_000,
             max_concurrent_uploads: None,
@@ -148,6 +157,7 @@ mod tests {
         let c = WriterConfig::default();
         c.validate().unwrap();
         assert_eq!(c.flush_window, Duration::from_millis(250));
+        assert!(c.flush_when_idle);
         assert_eq!(c.flush_bytes, 4 << 20);
         assert_eq!(c.max_logs_per_object, 10_000);
         assert_eq!(c.upload_concurrency(), 16, "64 MiB in flight / 4 MiB objects");

@@ -8,9 +8,13 @@
 //!                                                                        order; A4: answer in that order
 //! ```
 //!
-//! A WAL object closes when its payload reaches `flush_bytes` or its window passes, so objects
-//! fill up and hold many logs (their payloads grouped by log, so that a reader range-reads one
-//! log's bytes). Uploads run in parallel, so throughput is not bound by one PUT's latency.
+//! A WAL object closes when its payload reaches `flush_bytes`, when its window passes, or —
+//! with `flush_when_idle` (the default) — at once when none of the writer's objects is
+//! uploading: group commit, where the next object gathers what arrives during the current
+//! uploads and closes when they end. At low load an acknowledgement costs one PUT and one
+//! index put and waits for no window; under load uploads overlap, so objects fill up and hold
+//! many logs (their payloads grouped by log, so that a reader range-reads one log's bytes).
+//! Uploads run in parallel, so throughput is not bound by one PUT's latency.
 //!
 //! The publisher keeps, for each log, the objects holding it in flush order, and issues a
 //! log's index puts in that order, up to `max_index_puts_in_flight_per_log` (K) at once when
@@ -46,7 +50,7 @@ use lakestream_format::{Clock, LogId, Offset};
 use lakestream_meta::MetaStore;
 use lakestream_meta::lease::TokenSource;
 use lakestream_objstore::{ObjectPath, ObjectStore};
-use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc, oneshot};
+use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore, mpsc, oneshot};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
@@ -224,6 +228,7 @@ impl Writer {
             clock: deps.clock,
             tokens: deps.tokens,
             stats: stats.clone(),
+            upload_ended: Notify::new(),
         });
         let batcher = tokio::spawn(run_batcher(config.clone(), batcher_rx, uploaded_tx, upload));
         let publisher = tokio::spawn(run_publisher(
@@ -509,6 +514,9 @@ struct UploadCtx {
     clock: Arc<dyn Clock>,
     tokens: Arc<dyn TokenSource>,
     stats: Arc<Counters>,
+    /// Signalled each time an upload ends (its slot given back): an open batch waiting for
+    /// the uploads to end (`flush_when_idle`) may close.
+    upload_ended: Notify,
 }
 
 /// The open batch: entries in acceptance order and the logs they touch.
@@ -529,16 +537,32 @@ async fn run_batcher(
     publisher: mpsc::UnboundedSender<PublisherMsg>,
     ctx: Arc<UploadCtx>,
 ) {
-    let uploads = Arc::new(Semaphore::new(config.upload_concurrency()));
+    let slots = config.upload_concurrency();
+    let uploads = Arc::new(Semaphore::new(slots));
     let mut batch = Batch::default();
     let mut seq = 0u64;
     loop {
         let deadline = batch.deadline;
-        let msg = tokio::select! {
-            msg = rx.recv() => msg,
-            _ = async { tokio::time::sleep_until(deadline.unwrap_or_else(Instant::now)).await }, if deadline.is_some() => {
-                flush(&mut batch, &mut seq, &uploads, &publisher, &ctx).await;
-                continue;
+        let waits_for_uploads = config.flush_when_idle && !batch.entries.is_empty();
+        let msg = if waits_for_uploads && uploads.available_permits() == slots {
+            // Nothing uploading: the batch closes now, with whatever has already arrived.
+            match rx.try_recv() {
+                Ok(msg) => Some(msg),
+                Err(mpsc::error::TryRecvError::Empty) => {
+                    flush(&mut batch, &mut seq, &uploads, &publisher, &ctx).await;
+                    continue;
+                }
+                Err(mpsc::error::TryRecvError::Disconnected) => None,
+            }
+        } else {
+            tokio::select! {
+                msg = rx.recv() => msg,
+                _ = async { tokio::time::sleep_until(deadline.unwrap_or_else(Instant::now)).await }, if deadline.is_some() => {
+                    flush(&mut batch, &mut seq, &uploads, &publisher, &ctx).await;
+                    continue;
+                }
+                // An upload ended: the loop looks again whether any is left.
+                () = ctx.upload_ended.notified(), if waits_for_uploads => continue,
             }
         };
         match msg {
@@ -623,6 +647,7 @@ async fn flush(
             ctx.stats.object_failed();
         }
         drop(slot);
+        ctx.upload_ended.notify_one();
         let _ = publisher.send(PublisherMsg::Uploaded(Uploaded { seq, outcome, entries }));
     });
 }

@@ -41,14 +41,18 @@ async fn objects(store: &Arc<dyn ObjectStore>) -> Vec<Bytes> {
 
 /// A WAL object closes on its size or its window, not after a few logs: 300 logs appended
 /// together land in one object, and each log's payloads lie together in it, so that a reader
-/// reads one log's bytes with one range.
+/// reads one log's bytes with one range. (The window alone: group commit is off.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn objects_fill_up_with_hundreds_of_logs_and_group_each_logs_payloads() {
     const LOGS: u64 = 300;
     let store: Arc<dyn ObjectStore> = Arc::new(MemObjects::new(Arc::new(SystemClock)));
     let w = writer(
         store.clone(),
-        WriterConfig { flush_window: Duration::from_millis(500), ..WriterConfig::default() },
+        WriterConfig {
+            flush_window: Duration::from_millis(500),
+            flush_when_idle: false,
+            ..WriterConfig::default()
+        },
     );
     // Two entries per log, interleaved across logs, all in one window.
     let appends = (0..2u64).flat_map(|round| (0..LOGS).map(move |log| (round, log))).map(|(round, log)| {
@@ -195,9 +199,14 @@ impl ObjectStore for TakenNames {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn stats_count_objects_their_bytes_and_logs_and_index_puts() {
     let store: Arc<dyn ObjectStore> = Arc::new(MemObjects::new(Arc::new(SystemClock)));
+    // Objects close only on `flush()`: group commit off, a window that does not pass.
     let w = writer(
         store.clone(),
-        WriterConfig { flush_window: Duration::from_secs(60), ..WriterConfig::default() },
+        WriterConfig {
+            flush_window: Duration::from_secs(60),
+            flush_when_idle: false,
+            ..WriterConfig::default()
+        },
     );
     assert_eq!((w.stats().objects_written, w.stats().index_puts), (0, 0));
     // Object 1: three logs; object 2: one log.
@@ -240,4 +249,76 @@ async fn stats_count_objects_their_bytes_and_logs_and_index_puts() {
     assert_eq!((stats.objects_written, stats.object_write_failures), (0, 1));
     assert_eq!((stats.object_bytes.count, stats.index_puts), (0, 0));
     failing.close().await;
+}
+
+/// Group commit (`flush_when_idle`, the default): an append to a writer with nothing uploading
+/// is written at once, not after its window; with it off, the same append waits the window.
+/// Paused time: the runtime's clock moves only when every task waits for a timer, so the
+/// elapsed time is exactly what the writer waited for.
+#[tokio::test(start_paused = true)]
+async fn an_append_to_an_idle_writer_is_written_at_once_not_after_its_window() {
+    const WINDOW: Duration = Duration::from_secs(60);
+    for flush_when_idle in [true, false] {
+        let store: Arc<dyn ObjectStore> = Arc::new(MemObjects::new(Arc::new(SystemClock)));
+        let w =
+            writer(store, WriterConfig { flush_window: WINDOW, flush_when_idle, ..WriterConfig::default() });
+        let started = tokio::time::Instant::now();
+        w.append(LogId(1), Bytes::from_static(b"alone"), 1).await.unwrap();
+        let waited = started.elapsed();
+        if flush_when_idle {
+            assert!(waited < WINDOW, "waited {waited:?} for the window with nothing uploading");
+        } else {
+            assert!(waited >= WINDOW, "written after {waited:?}, before its window, with group commit off");
+        }
+        w.close().await;
+    }
+}
+
+/// Group commit: entries that arrive while an object uploads gather in the next object, which
+/// closes as soon as that upload ends (not on its window): two objects for four appends.
+#[tokio::test(start_paused = true)]
+async fn entries_arriving_during_an_upload_close_together_when_it_ends() {
+    const WINDOW: Duration = Duration::from_secs(60);
+    let (release, gate) = watch::channel(false);
+    let gated = Arc::new(GatedStore {
+        inner: Arc::new(MemObjects::new(Arc::new(SystemClock))),
+        puts: AtomicUsize::new(0),
+        release: gate,
+    });
+    let w = writer(gated.clone(), WriterConfig { flush_window: WINDOW, ..WriterConfig::default() });
+    let started = tokio::time::Instant::now();
+    let first = tokio::spawn({
+        let w = w.clone();
+        async move { w.append(LogId(1), Bytes::from_static(b"first"), 1).await }
+    });
+    while gated.puts.load(Ordering::SeqCst) == 0 {
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    assert!(started.elapsed() < WINDOW, "the first entry waited {:?} for its upload", started.elapsed());
+    let later: Vec<_> = (2..5u64)
+        .map(|log| {
+            let w = w.clone();
+            tokio::spawn(async move { w.append(LogId(log), Bytes::from_static(b"later"), 1).await })
+        })
+        .collect();
+    // Every task runs until it waits (the first upload, the open batch): the clock moves 1 ms.
+    tokio::time::sleep(Duration::from_millis(1)).await;
+    assert_eq!(gated.puts.load(Ordering::SeqCst), 1, "the later entries wait for the upload under way");
+    release.send_replace(true);
+    first.await.unwrap().unwrap();
+    for ack in later {
+        ack.await.unwrap().unwrap();
+    }
+    assert!(started.elapsed() < WINDOW, "the gathered object waited {:?}", started.elapsed());
+    assert_eq!(
+        gated.puts.load(Ordering::SeqCst),
+        2,
+        "one object for the first entry, one for the three later"
+    );
+    let written = objects(&(gated.clone() as Arc<dyn ObjectStore>)).await;
+    let sections: Vec<usize> = written.iter().map(|o| WalIndex::parse(o).unwrap().sections().len()).collect();
+    let mut sorted = sections.clone();
+    sorted.sort_unstable();
+    assert_eq!(sorted, vec![1, 3], "objects' sections: {sections:?}");
+    w.close().await;
 }

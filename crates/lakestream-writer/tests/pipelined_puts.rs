@@ -57,6 +57,7 @@ fn writer(meta: Arc<HookedStore>, clock: Arc<dyn Clock>, puts_per_log: usize) ->
     // A long window: objects close only at flush(), one per append.
     let config = WriterConfig {
         flush_window: Duration::from_secs(3600),
+        flush_when_idle: false,
         max_index_puts_in_flight_per_log: puts_per_log,
         ..WriterConfig::default()
     };

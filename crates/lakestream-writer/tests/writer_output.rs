@@ -99,6 +99,7 @@ fn stack(seed: u64) -> Stack {
     };
     let config = WriterConfig {
         flush_window: Duration::from_secs(3600),
+        flush_when_idle: false,
         flush_bytes: 64 << 20,
         max_in_flight_bytes: 256 << 20,
         ..WriterConfig::default()

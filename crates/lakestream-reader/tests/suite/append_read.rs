@@ -264,7 +264,12 @@ async fn the_first_offset_is_b_when_b_falls_inside_a_record() {
         clock: Arc::new(SystemClock),
         tokens: Arc::new(SeededTokens::new(25)),
     };
-    let batched = WriterConfig { flush_window: Duration::from_secs(3600), flush_bytes: 3, ..fast_config() };
+    let batched = WriterConfig {
+        flush_window: Duration::from_secs(3600),
+        flush_when_idle: false,
+        flush_bytes: 3,
+        ..fast_config()
+    };
     let one_batch = Writer::start(batched, deps).unwrap();
     let appends = [b"a", b"b", b"c"].map(|p| one_batch.append(LogId(25), Bytes::from_static(p), 1));
     for ack in futures::future::join_all(appends).await {
@@ -518,7 +523,11 @@ async fn ranged_wal_reads_return_what_whole_object_reads_return() {
     };
     // A long window puts every entry of both logs in one object whose index region (about 3
     // bytes per entry) is larger than the ranged reader's 4 KiB first guess.
-    let config = WriterConfig { flush_window: Duration::from_millis(300), ..WriterConfig::default() };
+    let config = WriterConfig {
+        flush_window: Duration::from_millis(300),
+        flush_when_idle: false,
+        ..WriterConfig::default()
+    };
     let w = Writer::start(config, deps).unwrap();
     let appends = (0..1600u32).map(|i| {
         let w = w.clone();

@@ -439,6 +439,78 @@ pub fn check_property(properties: &BTreeMap<String, String>) -> Result<(), Strin
     }
 }
 
+/// Counters of the committer, for `/metrics`.
+#[derive(Debug)]
+pub struct TableMetrics {
+    /// Snapshots committed.
+    pub commits: crate::metrics::Counter,
+    /// Rows committed.
+    pub rows: crate::metrics::Counter,
+    /// Ranges committed.
+    pub ranges: crate::metrics::Counter,
+    /// Stream commits that failed (retried on the next pass).
+    pub failures: crate::metrics::Counter,
+    /// Kafka entries that did not decode (written as one row each).
+    pub undecodable_entries: crate::metrics::Counter,
+    /// Compacted offsets not yet in their tables, summed over the logs, at the last pass.
+    pub lag_offsets: crate::metrics::Gauge,
+    /// Data files removed from tables' current snapshots by trims.
+    pub trimmed_files: crate::metrics::Counter,
+    /// Snapshots expired.
+    pub snapshots_expired: crate::metrics::Counter,
+    /// Files deleted because no snapshot referred to them (data and metadata).
+    pub files_deleted: crate::metrics::Counter,
+    /// Tables dropped with their streams.
+    pub dropped: crate::metrics::Counter,
+    /// Trims, expiries, file deletions or drops that failed (retried on a later pass).
+    pub maintenance_failures: crate::metrics::Counter,
+}
+
+impl TableMetrics {
+    /// New table metrics, registered in `registry`.
+    pub(crate) fn registered(registry: &mut prometheus_client::registry::Registry) -> Self {
+        use crate::metrics::{counter, gauge};
+        let r = registry;
+        TableMetrics {
+            commits: counter(r, "lakestream_table_commits", "Iceberg table snapshots committed"),
+            rows: counter(r, "lakestream_table_rows", "Rows committed to Iceberg tables"),
+            ranges: counter(r, "lakestream_table_ranges", "Log offset ranges committed to Iceberg tables"),
+            failures: counter(
+                r,
+                "lakestream_table_commit_failures",
+                "Table commits that failed (retried on the next pass)",
+            ),
+            undecodable_entries: counter(
+                r,
+                "lakestream_table_undecodable_entries",
+                "Kafka entries that did not decode, written as one row each",
+            ),
+            lag_offsets: gauge(
+                r,
+                "lakestream_table_lag_offsets",
+                "Compacted offsets not yet in their tables, over all logs, at the last pass",
+            ),
+            trimmed_files: counter(
+                r,
+                "lakestream_table_trimmed_files",
+                "Data files removed from tables' current snapshots because their log was trimmed",
+            ),
+            snapshots_expired: counter(r, "lakestream_table_snapshots_expired", "Table snapshots expired"),
+            files_deleted: counter(
+                r,
+                "lakestream_table_files_deleted",
+                "Table files deleted because no snapshot referred to them",
+            ),
+            dropped: counter(r, "lakestream_table_dropped", "Tables dropped with their streams"),
+            maintenance_failures: counter(
+                r,
+                "lakestream_table_maintenance_failures",
+                "Table trims, expiries, file deletions or drops that failed (retried later)",
+            ),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1,24 +1,22 @@
-//! The consumer-group APIs (classic protocol): FindCoordinator, JoinGroup, SyncGroup,
-//! Heartbeat, LeaveGroup, OffsetCommit, OffsetFetch, ListGroups, DescribeGroups. Membership is
-//! `crate::group`'s, coordination across processes `crate::coordinator`'s; committed offsets
-//! go to the service layer's group offset store ([`lakestream_service::groups`]), with the
-//! group's generation.
+//! The consumer-group APIs of the classic protocol but the committed offsets'
+//! (`group_offsets.rs`): FindCoordinator, JoinGroup, SyncGroup, Heartbeat, LeaveGroup,
+//! ListGroups, DescribeGroups. Membership is `crate::group`'s, coordination across processes
+//! `crate::coordinator`'s.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::*;
 use kafka_protocol::protocol::StrBytes;
 use lakestream_format::kafka::NAMESPACE;
-use lakestream_service::api::{ApiError, ErrorKind, PartitionRef};
+use lakestream_service::api::{ApiError, ErrorKind};
 use lakestream_service::auth::Permission;
-use lakestream_service::groups::{MAX_METADATA_BYTES, OffsetCommit, SameGeneration, check_group_id};
+use lakestream_service::groups::check_group_id;
 
+use super::{Handler, TRANSACTIONS_REFUSED, text};
 use crate::coordinator::Location;
 use crate::group::{Group, Join, Phase};
-use crate::handlers::{Handler, TRANSACTIONS_REFUSED, text, topic_name};
-use crate::topics;
 
 /// Kafka's bounds on a member's session timeout (`group.min.session.timeout.ms`,
 /// `group.max.session.timeout.ms`).
@@ -26,16 +24,16 @@ const MIN_SESSION_TIMEOUT_MS: i32 = 6_000;
 const MAX_SESSION_TIMEOUT_MS: i32 = 1_800_000;
 
 /// The code of an outcome (0: none).
-fn code(outcome: Result<(), ResponseError>) -> i16 {
+pub(super) fn code(outcome: Result<(), ResponseError>) -> i16 {
     outcome.err().map_or(0, |e| e.code())
 }
 
-fn opt_text(s: Option<&StrBytes>) -> Option<&str> {
+pub(super) fn opt_text(s: Option<&StrBytes>) -> Option<&str> {
     s.map(|s| s.as_str())
 }
 
 /// The code of a service-layer error in a group request.
-fn group_code_of(e: &ApiError) -> ResponseError {
+pub(super) fn group_code_of(e: &ApiError) -> ResponseError {
     match e.kind() {
         ErrorKind::Unauthenticated | ErrorKind::PermissionDenied => ResponseError::GroupAuthorizationFailed,
         ErrorKind::RateLimited => ResponseError::ThrottlingQuotaExceeded,
@@ -48,7 +46,7 @@ fn group_code_of(e: &ApiError) -> ResponseError {
 impl Handler {
     /// The group if this process coordinates it (claiming it when nobody does), else the
     /// error to answer: `NOT_COORDINATOR` when another process does.
-    async fn coordinated(&self, group: &str) -> Result<Arc<Group>, ResponseError> {
+    pub(super) async fn coordinated(&self, group: &str) -> Result<Arc<Group>, ResponseError> {
         check_group_id(group).map_err(|_| ResponseError::InvalidGroupId)?;
         self.admit(Permission::Read).map_err(|e| group_code_of(&e))?;
         match self.shared.coordinator.locate(group).await {
@@ -239,238 +237,6 @@ impl Handler {
             );
         }
         LeaveGroupResponse::default().with_members(members)
-    }
-
-    pub(crate) async fn offset_commit(
-        &self,
-        request: OffsetCommitRequest,
-        _version: i16,
-    ) -> OffsetCommitResponse {
-        let group_id = request.group_id.0.to_string();
-        let checked = match self.coordinated(&group_id).await {
-            Ok(g) => {
-                g.check_commit(
-                    &request.member_id,
-                    opt_text(request.group_instance_id.as_ref()),
-                    request.generation_id_or_member_epoch,
-                )
-                .await
-            }
-            Err(e) => Err(e),
-        };
-        let mut topics_out = Vec::with_capacity(request.topics.len());
-        for t in request.topics {
-            let name = t.name.0.to_string();
-            let topic = match &checked {
-                Ok(_) => self.topic(&name, false).await.map_err(|e| match e.kind() {
-                    ErrorKind::NotFound => ResponseError::UnknownTopicOrPartition,
-                    _ => group_code_of(&e),
-                }),
-                Err(e) => Err(*e),
-            };
-            let partitions = t.partitions.into_iter().map(|p| {
-                let (topic, group_id, checked) = (&topic, &group_id, &checked);
-                async move {
-                    let out = offset_commit_response::OffsetCommitResponsePartition::default()
-                        .with_partition_index(p.partition_index);
-                    let topic = match topic {
-                        Ok(t) => t,
-                        Err(e) => return out.with_error_code(e.code()),
-                    };
-                    let generation = match checked {
-                        Ok(g) => *g,
-                        Err(e) => return out.with_error_code(e.code()),
-                    };
-                    let Some(partition) =
-                        usize::try_from(p.partition_index).ok().filter(|i| *i < topic.partitions)
-                    else {
-                        return out.with_error_code(ResponseError::UnknownTopicOrPartition.code());
-                    };
-                    let metadata = p.committed_metadata.map(|m| m.to_string()).unwrap_or_default();
-                    if metadata.len() > MAX_METADATA_BYTES {
-                        return out.with_error_code(ResponseError::OffsetMetadataTooLarge.code());
-                    }
-                    let Ok(offset) = u64::try_from(p.committed_offset) else {
-                        return out.with_error_code(ResponseError::OffsetOutOfRange.code());
-                    };
-                    let commit =
-                        OffsetCommit { offset, generation: u64::try_from(generation).unwrap_or(0), metadata };
-                    let target = PartitionRef { namespace: NAMESPACE, stream: &topic.stream, partition };
-                    let caller = self.caller();
-                    let outcome = match self
-                        .api
-                        .commit_offset_with(caller, group_id, target, commit, SameGeneration::Any)
-                        .await
-                    {
-                        Ok(_) => Ok(()),
-                        // A newer generation committed here: this member's is stale.
-                        Err(e) if e.kind() == ErrorKind::Conflict => Err(ResponseError::IllegalGeneration),
-                        // An offset beyond the partition's next offset.
-                        Err(e) if e.kind() == ErrorKind::InvalidArgument => {
-                            Err(ResponseError::OffsetOutOfRange)
-                        }
-                        Err(e) if e.kind() == ErrorKind::NotFound => {
-                            Err(ResponseError::UnknownTopicOrPartition)
-                        }
-                        Err(e) => {
-                            tracing::debug!(group = %group_id, error = %e, "Kafka OffsetCommit failed");
-                            Err(ResponseError::CoordinatorLoadInProgress)
-                        }
-                    };
-                    out.with_error_code(code(outcome))
-                }
-            });
-            topics_out.push(
-                offset_commit_response::OffsetCommitResponseTopic::default()
-                    .with_name(topic_name(&name))
-                    .with_partitions(futures::future::join_all(partitions).await),
-            );
-        }
-        OffsetCommitResponse::default().with_topics(topics_out)
-    }
-
-    /// One group's committed offsets: for the named topics' partitions (-1 where none), or,
-    /// with no topics named, for every live topic it committed on.
-    async fn fetch_offsets(
-        &self,
-        group_id: &str,
-        wanted: Option<Vec<(String, Vec<i32>)>>,
-    ) -> Result<Vec<(String, Vec<(i32, i64, String)>)>, ResponseError> {
-        self.coordinated(group_id).await?;
-        let caller = self.caller();
-        let committed = self
-            .api
-            .group_committed_offsets(caller, NAMESPACE, group_id)
-            .await
-            .map_err(|e| group_code_of(&e))?;
-        let by_stream: HashMap<(&str, usize), (i64, &str)> = committed
-            .iter()
-            .map(|c| {
-                (
-                    (c.stream.as_str(), c.partition),
-                    (i64::try_from(c.offset).unwrap_or(i64::MAX), c.metadata.as_str()),
-                )
-            })
-            .collect();
-        let wanted = match wanted {
-            Some(w) => w,
-            None => {
-                let live = topics::list(&self.api, caller).await.map_err(|e| group_code_of(&e))?;
-                let mut out: BTreeMap<String, Vec<i32>> = BTreeMap::new();
-                for t in &live {
-                    for c in committed.iter().filter(|c| c.stream == t.stream) {
-                        out.entry(t.name.clone()).or_default().push(c.partition as i32);
-                    }
-                }
-                out.into_iter().collect()
-            }
-        };
-        let mut result = Vec::with_capacity(wanted.len());
-        for (name, partitions) in wanted {
-            let topic = topics::find(&self.api, caller, &name).await.ok().flatten();
-            let offsets = partitions
-                .into_iter()
-                .map(|p| {
-                    let found = topic.as_ref().and_then(|t| {
-                        let index = usize::try_from(p).ok()?;
-                        by_stream.get(&(t.stream.as_str(), index))
-                    });
-                    match found {
-                        Some((offset, metadata)) => (p, *offset, (*metadata).to_owned()),
-                        None => (p, -1, String::new()),
-                    }
-                })
-                .collect();
-            result.push((name, offsets));
-        }
-        Ok(result)
-    }
-
-    pub(crate) async fn offset_fetch(
-        &self,
-        request: OffsetFetchRequest,
-        version: i16,
-    ) -> OffsetFetchResponse {
-        if version >= 8 {
-            let mut groups = Vec::with_capacity(request.groups.len());
-            for g in request.groups {
-                let wanted = g
-                    .topics
-                    .map(|ts| ts.into_iter().map(|t| (t.name.0.to_string(), t.partition_indexes)).collect());
-                let out = offset_fetch_response::OffsetFetchResponseGroup::default()
-                    .with_group_id(g.group_id.clone());
-                groups.push(match self.fetch_offsets(&g.group_id.0, wanted).await {
-                    Err(e) => out.with_error_code(e.code()),
-                    Ok(topics) => out.with_topics(
-                        topics
-                            .into_iter()
-                            .map(|(name, partitions)| {
-                                offset_fetch_response::OffsetFetchResponseTopics::default()
-                                    .with_name(topic_name(&name))
-                                    .with_partitions(
-                                        partitions
-                                            .into_iter()
-                                            .map(|(p, offset, metadata)| {
-                                                offset_fetch_response::OffsetFetchResponsePartitions::default(
-                                                )
-                                                .with_partition_index(p)
-                                                .with_committed_offset(offset)
-                                                .with_committed_leader_epoch(-1)
-                                                .with_metadata(Some(text(metadata)))
-                                            })
-                                            .collect(),
-                                    )
-                            })
-                            .collect(),
-                    ),
-                });
-            }
-            return OffsetFetchResponse::default().with_groups(groups);
-        }
-        let wanted = request
-            .topics
-            .map(|ts| ts.into_iter().map(|t| (t.name.0.to_string(), t.partition_indexes)).collect());
-        let partition = |p: i32, offset: i64, metadata: String, error: i16| {
-            offset_fetch_response::OffsetFetchResponsePartition::default()
-                .with_partition_index(p)
-                .with_committed_offset(offset)
-                .with_committed_leader_epoch(-1)
-                .with_metadata(Some(text(metadata)))
-                .with_error_code(error)
-        };
-        match self.fetch_offsets(&request.group_id.0, wanted.clone()).await {
-            Ok(topics) => OffsetFetchResponse::default().with_topics(
-                topics
-                    .into_iter()
-                    .map(|(name, partitions)| {
-                        offset_fetch_response::OffsetFetchResponseTopic::default()
-                            .with_name(topic_name(&name))
-                            .with_partitions(
-                                partitions.into_iter().map(|(p, o, m)| partition(p, o, m, 0)).collect(),
-                            )
-                    })
-                    .collect(),
-            ),
-            // Up to v1 the error is in each partition; from v2 also at the top.
-            Err(e) => OffsetFetchResponse::default()
-                .with_error_code(if version >= 2 { e.code() } else { 0 })
-                .with_topics(
-                    wanted
-                        .unwrap_or_default()
-                        .into_iter()
-                        .map(|(name, partitions)| {
-                            offset_fetch_response::OffsetFetchResponseTopic::default()
-                                .with_name(topic_name(&name))
-                                .with_partitions(
-                                    partitions
-                                        .into_iter()
-                                        .map(|p| partition(p, -1, String::new(), e.code()))
-                                        .collect(),
-                                )
-                        })
-                        .collect(),
-                ),
-        }
     }
 
     pub(crate) async fn list_groups(&self, request: ListGroupsRequest, _version: i16) -> ListGroupsResponse {
