@@ -3,7 +3,7 @@
 //! ends' in `requests`, the compactor role's in `background::compaction`, the tables' in
 //! `background::tables`, consumer groups' lag in `groups`, object-store operations in
 //! `objects`, the writer's, reader cache's and Oxia client's in `components`), into the one
-//! registry that [`Metrics::of`] builds when the service starts; `/metrics` encodes it in the
+//! registry that `Metrics::of` builds when the service starts; `/metrics` encodes it in the
 //! Prometheus text format (version 0.0.4).
 //!
 //! Recording is a relaxed atomic increment on the hot path (a histogram observation takes a
