@@ -545,9 +545,15 @@ async fn run_batcher(
         let deadline = batch.deadline;
         let waits_for_uploads = config.flush_when_idle && !batch.entries.is_empty();
         let msg = if waits_for_uploads && uploads.available_permits() == slots {
-            // Nothing uploading: the batch closes now, with whatever has already arrived.
+            // Nothing uploading: the batch closes now, with whatever has already arrived (but
+            // not later than its window, however fast entries keep arriving).
+            let window_passed = deadline.is_some_and(|d| Instant::now() >= d);
             match rx.try_recv() {
-                Ok(msg) => Some(msg),
+                Ok(msg) if !window_passed => Some(msg),
+                Ok(msg) => {
+                    flush(&mut batch, &mut seq, &uploads, &publisher, &ctx).await;
+                    Some(msg)
+                }
                 Err(mpsc::error::TryRecvError::Empty) => {
                     flush(&mut batch, &mut seq, &uploads, &publisher, &ctx).await;
                     continue;
